@@ -1,0 +1,73 @@
+"""The `localspec` command: one typer app, one module per command.
+
+Errors a user can act on (:class:`localspec.errors.UserError`) become one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+
+from localspec.errors import UserError
+
+app = typer.Typer(
+    name="localspec",
+    help="Lossless speculative decoding for local GGUF models: faster generation, same output.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Lossless speculative decoding for local GGUF models: faster generation, same output.
+
+    Start with `localspec run "your prompt"`; `localspec COMMAND --help` explains each command.
+    """
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print one line to stderr and return the Exit to raise."""
+    print(f"localspec: error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn a UserError raised inside a command into one line on stderr and exit code 2."""
+    try:
+        yield
+    except UserError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+
+
+def _register() -> None:
+    # Imported for their side effect of adding commands to `app`; each module owns one command.
+    import importlib
+
+    for name in ("run", "pull", "models", "bench", "chat"):
+        try:
+            importlib.import_module(f"localspec.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"localspec.cli.{name}":
+                raise
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        print(f"localspec: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("localspec: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,38 @@
+"""Human-readable summaries of a generation's Stats (stderr) and the --json document (stdout)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localspec.events import Stats, Token
+
+
+def stats_lines(stats: Stats, drafter: str) -> list[str]:
+    lines = [
+        f"{stats.generated_tokens} tokens in {stats.decode_seconds:.2f} s: {stats.tokens_per_second:.1f} tok/s"
+        f" · prompt {stats.prompt_tokens} tokens, prefill {stats.prefill_seconds:.2f} s"
+        f" · stop: {stats.stop_reason}"
+    ]
+    if drafter != "none":
+        lines.append(
+            f"drafter {drafter}: {stats.target_passes} target passes, drafted {stats.drafted},"
+            f" accepted {stats.accepted} ({stats.acceptance_rate:.1%}),"
+            f" {stats.mean_accepted_length:.2f} tokens/pass"
+            f" · time draft {stats.draft_seconds:.2f} s / verify {stats.verify_seconds:.2f} s"
+        )
+        if stats.accepted_by_position:
+            shown = stats.accepted_by_position[:8]
+            cells = " ".join(f"{a / d:.0%}" if d else "-" for a, d in shown)
+            more = " …" if len(stats.accepted_by_position) > len(shown) else ""
+            lines.append(f"acceptance by draft position: {cells}{more}")
+    return lines
+
+
+def json_document(model: str, drafter: str, text: str, tokens: list[Token], stats: Stats) -> dict[str, Any]:
+    return {
+        "model": model,
+        "drafter": drafter,
+        "text": text,
+        "tokens": [{"id": t.id, "text": t.text, "source": t.source} for t in tokens],
+        "stats": stats.to_dict(),
+    }

@@ -1,0 +1,139 @@
+"""`localspec run`: scripted, offline generation; text streams to stdout, stats go to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from localspec.runtime import Runtime
+
+from localspec.cli import app, user_errors
+from localspec.cli.options import (
+    CtxOpt,
+    DrafterOpt,
+    DraftOpt,
+    ExitLayerOpt,
+    GpuLayersOpt,
+    KOpt,
+    MaxTokensOpt,
+    MinPOpt,
+    ModelOpt,
+    Options,
+    PMinOpt,
+    ProfileOpt,
+    SeedOpt,
+    StopOpt,
+    TemperatureOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+    VerboseOpt,
+    build_options,
+)
+from localspec.cli.render import json_document, stats_lines
+from localspec.errors import UserError
+from localspec.events import Finished, Step, Token
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    if prompt_file is not None:
+        if prompt is not None:
+            raise UserError("give the prompt either as an argument or with --file, not both")
+        try:
+            return prompt_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot read --file {prompt_file}: {exc.strerror}") from None
+    if prompt is None:
+        raise UserError("no prompt: pass it as an argument, '-' to read stdin, or --file PATH")
+    if prompt == "-":
+        return sys.stdin.read()
+    return prompt
+
+
+@app.command()
+def run(
+    prompt: Annotated[str | None, typer.Argument(help="The prompt; '-' reads it from stdin.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the prompt from a file.")] = None,
+    model: ModelOpt = None,
+    profile: ProfileOpt = None,
+    drafter: DrafterOpt = None,
+    draft: DraftOpt = None,
+    k: KOpt = None,
+    exit_layer: ExitLayerOpt = None,
+    p_min: PMinOpt = 0.0,
+    max_tokens: MaxTokensOpt = 256,
+    temperature: TemperatureOpt = 0.0,
+    top_k: TopKOpt = 40,
+    top_p: TopPOpt = 0.95,
+    min_p: MinPOpt = 0.05,
+    seed: SeedOpt = None,
+    stop: StopOpt = None,
+    chat: Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the model's chat template.")] = False,
+    system: Annotated[str | None, typer.Option("--system", help="System message (with --chat).")] = None,
+    ctx: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: GpuLayersOpt = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, tokens, stats).")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Generate text from PROMPT, faster through lossless speculative decoding.
+
+    Examples:
+
+      localspec run "Question: What is the capital of France?\\nAnswer:"
+
+      cat notes.txt | localspec run - --drafter ngram --max-tokens 200
+
+      localspec run "Write a haiku" --chat --temperature 0.8 --seed 1 --json
+    """
+    from localspec.runtime import Runtime
+
+    with user_errors():
+        options = build_options(
+            model=model, profile=profile, drafter=drafter, draft=draft, k=k, exit_layer=exit_layer, p_min=p_min,
+            max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+            stop=stop, ctx=ctx, threads=threads, gpu_layers=gpu_layers, verbose=verbose,
+        )
+        text = read_prompt(prompt, prompt_file)
+        with Runtime.open(options.model, options.runtime, options.speculation, options.sampling) as rt:
+            for notice in rt.notices:
+                print(f"localspec: {notice}", file=sys.stderr)
+            if chat and rt.chat_template.source != "model":
+                print(f"localspec: chat template: {rt.chat_template.source}", file=sys.stderr)
+            tokens_in = rt.prompt_tokens(text, chat=chat, system=system)
+            finished = _generate(rt, tokens_in, options, as_json)
+    if finished.reason == "interrupted":
+        raise typer.Exit(130)
+
+
+def _generate(rt: Runtime, prompt_tokens: list[int], options: Options, as_json: bool) -> Finished:
+    out = sys.stdout
+    tokens: list[Token] = []
+    pieces: list[str] = []
+    finished: Finished | None = None
+    for event in rt.generator.generate(prompt_tokens, options.generation):
+        if isinstance(event, Step):
+            for token in event.emitted:
+                tokens.append(token)
+                pieces.append(token.text)
+                if not as_json and token.text:
+                    out.write(token.text)
+                    out.flush()
+        elif isinstance(event, Finished):
+            finished = event
+    assert finished is not None
+    pieces.append(finished.tail)
+    if as_json:
+        doc = json_document(rt.model_name, rt.drafter_name, "".join(pieces), tokens, finished.stats)
+        out.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    else:
+        out.write(finished.tail + "\n")
+    out.flush()
+    for line in stats_lines(finished.stats, rt.drafter_name):
+        print(line, file=sys.stderr)
+    return finished

@@ -1,0 +1,23 @@
+"""The engine layer: the only code in localspec that touches llama_cpp (ctypes).
+
+Everything above it speaks token ids, numpy arrays and dataclasses.
+"""
+
+from localspec.engine.backend import init_backend, library_version, system_info
+from localspec.engine.chat import ChatTemplate, Message
+from localspec.engine.context import Context, common_prefix
+from localspec.engine.model import Model
+from localspec.engine.vocab import Detokenizer, Vocab
+
+__all__ = [
+    "ChatTemplate",
+    "Context",
+    "Detokenizer",
+    "Message",
+    "Model",
+    "Vocab",
+    "common_prefix",
+    "init_backend",
+    "library_version",
+    "system_info",
+]

@@ -1,0 +1,96 @@
+"""A loaded GGUF model: weights, vocabulary, metadata. Freed deterministically (use as a context manager)."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import llama_cpp
+
+from localspec.engine.backend import init_backend
+from localspec.engine.vocab import Vocab
+from localspec.errors import ModelLoadError
+
+
+def _check_file(path: Path) -> None:
+    """Give the user a precise reason before llama.cpp gives a vague one (or none)."""
+    if not path.exists():
+        raise ModelLoadError(f"model file not found: {path} (check the path, or use a name from `localspec models`)")
+    if path.is_dir():
+        raise ModelLoadError(f"{path} is a directory, not a GGUF model file")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelLoadError(
+            f"{path} is not a GGUF model file (it does not start with 'GGUF'): "
+            "convert it with llama.cpp's convert_hf_to_gguf.py or pick a .gguf file"
+        )
+    try:
+        from localspec.gguf_header import check_complete
+    except ImportError:  # the header reader is optional for loading; llama.cpp still validates
+        return
+    check_complete(path)
+
+
+class Model:
+    """A ``llama_model*`` with the facts the rest of localspec needs about it."""
+
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, verbose: bool = False) -> None:
+        self.path = Path(path)
+        _check_file(self.path)
+        init_backend(verbose)
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        handle = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not handle:
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path}: the file is corrupt, truncated, or uses an architecture "
+                "this llama-cpp-python does not support (run with --verbose to see llama.cpp's reason)"
+            )
+        self._handle: llama_cpp.llama_model_p | None = handle
+        self.vocab = Vocab(llama_cpp.llama_model_get_vocab(handle))
+        self.n_layer: int = llama_cpp.llama_model_n_layer(handle)
+        self.n_embd: int = llama_cpp.llama_model_n_embd(handle)
+        self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(handle)
+        self.architecture: str = self.meta("general.architecture") or "unknown"
+        self.description: str = self._desc()
+        self.can_rollback: bool = not (
+            llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle)
+        )
+
+    @property
+    def handle(self) -> llama_cpp.llama_model_p:
+        if self._handle is None:
+            raise RuntimeError("model used after close()")
+        return self._handle
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = llama_cpp.llama_model_meta_val_str(self.handle, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def _desc(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.handle, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self.handle, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def close(self) -> None:
+        if self._handle is not None:
+            llama_cpp.llama_model_free(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a safety net only: callers close explicitly
+        try:
+            self.close()
+        except Exception:
+            pass

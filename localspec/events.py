@@ -1,0 +1,113 @@
+"""The events a generation emits, consumed alike by the CLI, --json, the TUI and bench.
+
+One :class:`Step` per target pass. The text of a generation is the concatenation, in order, of each step's
+``accepted`` tokens and its ``target`` token, plus the :class:`Finished` event's ``tail``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+Source = Literal["draft", "target"]
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A generated token: its id, the text it released (UTF-8 safe, stop-string safe), where it came from."""
+
+    id: int
+    text: str
+    source: Source
+
+
+@dataclass(frozen=True, slots=True)
+class Prefill:
+    """The prompt (or the new part of a conversation) went into the target's context."""
+
+    prompt_tokens: int
+    new_tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One target pass: verified draft tokens, rejected ones, and the token the target produced itself.
+
+    ``target`` is None when generation ended inside the accepted draft (end-of-generation, stop string,
+    token limit).
+    """
+
+    accepted: tuple[Token, ...]
+    rejected: tuple[Token, ...]
+    target: Token | None
+    drafter: str
+    k: int
+    draft_seconds: float
+    verify_seconds: float
+
+    @property
+    def emitted(self) -> tuple[Token, ...]:
+        return self.accepted + ((self.target,) if self.target is not None else ())
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters in the vocabulary llama.cpp users know (drafted, accepted, accept %, mean accepted length)."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    tokens_per_second: float = 0.0
+    target_passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float = 0.0
+    mean_accepted_length: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    # accepted_by_position[i] = [accepted, drafted] for draft position i (0-based)
+    accepted_by_position: list[list[int]] = field(default_factory=list)
+    stop_reason: str = ""
+
+    def add_step(self, step: Step) -> None:
+        self.target_passes += 1
+        self.generated_tokens += len(step.emitted)
+        self.drafted += len(step.accepted) + len(step.rejected)
+        self.accepted += len(step.accepted)
+        self.draft_seconds += step.draft_seconds
+        self.verify_seconds += step.verify_seconds
+        n_drafted = len(step.accepted) + len(step.rejected)
+        while len(self.accepted_by_position) < n_drafted:
+            self.accepted_by_position.append([0, 0])
+        for i in range(n_drafted):
+            self.accepted_by_position[i][1] += 1
+            if i < len(step.accepted):
+                self.accepted_by_position[i][0] += 1
+        self._derive()
+
+    def _derive(self) -> None:
+        self.acceptance_rate = self.accepted / self.drafted if self.drafted else 0.0
+        # tokens gained per target pass: what a pass of the big model buys (1.0 = plain decoding)
+        self.mean_accepted_length = self.generated_tokens / self.target_passes if self.target_passes else 0.0
+        self.tokens_per_second = self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    def set_decode_seconds(self, seconds: float) -> None:
+        self.decode_seconds = seconds
+        self._derive()
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """Generation ended. ``reason``: eog | length | stop | interrupted | context_full."""
+
+    reason: str
+    stats: Stats
+    tail: str = ""
+
+
+Event = Prefill | Step | Finished

@@ -1,0 +1,129 @@
+"""Opens what a generation needs from settings: target model and context, drafter, generator.
+
+The one place where settings become live llama.cpp objects; run, chat and bench all start here, and
+everything opened is closed in reverse order when the runtime is closed.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localspec.drafters.auto import AutoDrafter
+from localspec.drafters.base import Drafter
+from localspec.drafters.early_exit import default_exit_layer, early_exit_model
+from localspec.drafters.model import ModelDrafter, check_compatible
+from localspec.drafters.ngram import NgramDrafter
+from localspec.engine import ChatTemplate, Context, Message, Model
+from localspec.errors import UserError
+from localspec.sampling import make_rng
+from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
+from localspec.speculative.adaptive import AdaptiveK
+from localspec.speculative.loop import Generator
+
+
+def resolve(spec: str | None) -> tuple[str, Path]:
+    """A model name from models.toml, or a path, → (display name, file)."""
+    from localspec.registry import resolve_model
+
+    resolved = resolve_model(spec)
+    return resolved.name, resolved.path
+
+
+@dataclass
+class Runtime:
+    model_name: str
+    model: Model
+    context: Context
+    generator: Generator
+    drafter_name: str
+    chat_template: ChatTemplate
+    notices: list[str] = field(default_factory=list)
+    _stack: ExitStack = field(default_factory=ExitStack, repr=False)
+
+    @classmethod
+    def open(
+        cls,
+        model: str | None,
+        runtime: RuntimeSettings,
+        speculation: SpeculationSettings,
+        sampling: SamplingSettings,
+    ) -> Runtime:
+        stack = ExitStack()
+        try:
+            name, path = resolve(model)
+            target = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose))
+            ctx = stack.enter_context(
+                Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
+            )
+            chooser = AdaptiveK(k_max=speculation.k_max, fixed=speculation.k)
+            notices: list[str] = []
+            drafter_name = speculation.drafter
+            if drafter_name != "none" and not target.can_rollback:
+                notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
+                drafter_name = "none"
+            drafter = _open_drafter(drafter_name, target, speculation, sampling, runtime, chooser, stack)
+            generator = Generator(ctx, target.vocab, drafter, sampling, chooser)
+            return cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target), notices, stack)
+        except BaseException:
+            stack.close()
+            raise
+
+    def prompt_tokens(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
+        if chat:
+            messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
+            prompt = self.chat_template.apply(messages)
+        tokens = self.model.vocab.tokenize(prompt, add_special=True, parse_special=True)
+        if not tokens:
+            raise UserError("the prompt is empty: pass some text (or - to read it from stdin)")
+        return tokens
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_drafter(
+    kind: str,
+    target: Model,
+    speculation: SpeculationSettings,
+    sampling: SamplingSettings,
+    runtime: RuntimeSettings,
+    chooser: AdaptiveK,
+    stack: ExitStack,
+) -> Drafter | None:
+    if kind == "none":
+        return None
+    if kind == "ngram":
+        return NgramDrafter()
+    rng = make_rng(None if sampling.seed is None else sampling.seed + 1)
+
+    def model_drafter(path: Path, name: str) -> ModelDrafter:
+        draft = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose))
+        check_compatible(target, draft)
+        ctx = stack.enter_context(
+            Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
+        )
+        return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
+
+    if kind == "draft":
+        _, path = resolve(speculation.draft_model)
+        return model_drafter(path, "draft")
+    if kind == "early-exit":
+        layer = speculation.exit_layer or default_exit_layer(target.n_layer)
+        return model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")
+    if kind == "auto":
+        model = model_drafter(resolve(speculation.draft_model)[1], "draft") if speculation.draft_model else None
+        return AutoDrafter(chooser, model)
+    raise UserError(f"unknown drafter {kind!r}")
+
+
+def warn(message: str) -> None:
+    print(f"localspec: {message}", file=sys.stderr)

@@ -1,0 +1,100 @@
+"""Logits → token: greedy argmax on a view, or a shaped distribution and a seeded draw.
+
+Shaping follows llama.cpp's sampler chain order (top-k → top-p → min-p → temperature), so the settings mean
+what llama.cpp users expect. Work is proportional to the candidates kept, not the 262k vocabulary, except for
+one softmax when top-k is off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.settings import SamplingSettings
+
+_NUCLEUS_PROBE = 256  # candidates sorted before falling back to a full sort for top-p
+
+
+def greedy(row: np.ndarray) -> int:
+    """Argmax of one logits row: no copy, no softmax."""
+    return int(row.argmax())
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """A sparse distribution over token ids (ids sorted ascending, probs summing to 1)."""
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    @classmethod
+    def of(cls, ids: np.ndarray, weights: np.ndarray) -> Distribution:
+        order = np.argsort(ids, kind="stable")
+        probs = weights[order].astype(np.float64)
+        return cls(ids[order].astype(np.int64), probs / probs.sum())
+
+    @classmethod
+    def one_hot(cls, token: int) -> Distribution:
+        return cls(np.array([token], dtype=np.int64), np.array([1.0]))
+
+    def prob(self, token: int) -> float:
+        i = int(np.searchsorted(self.ids, token))
+        return float(self.probs[i]) if i < len(self.ids) and self.ids[i] == token else 0.0
+
+    def on(self, ids: np.ndarray) -> np.ndarray:
+        """Probabilities of ``ids`` (sorted) under this distribution, 0 where absent."""
+        i = np.searchsorted(self.ids, ids)
+        i_clipped = np.minimum(i, len(self.ids) - 1)
+        hit = self.ids[i_clipped] == ids
+        return np.where(hit, self.probs[i_clipped], 0.0)
+
+    def sample(self, rng: np.random.Generator) -> int:
+        cdf = np.cumsum(self.probs)
+        i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+        return int(self.ids[min(i, len(self.ids) - 1)])
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits - logits.max())
+    return z / z.sum()
+
+
+def shape(row: np.ndarray, s: SamplingSettings) -> Distribution:
+    """The distribution a sampler with settings ``s`` draws from, given one logits row."""
+    n = row.shape[0]
+    if 0 < s.top_k < n:
+        ids = np.argpartition(row, n - s.top_k)[n - s.top_k :]
+    else:
+        ids = np.arange(n)
+    logits = row[ids].astype(np.float64)
+    # top-p: the smallest set of most likely tokens whose mass reaches top_p (at temperature 1, like llama.cpp)
+    if s.top_p < 1.0:
+        probs = _softmax(logits)
+        m = min(_NUCLEUS_PROBE, len(probs))
+        head = np.argpartition(probs, len(probs) - m)[len(probs) - m :] if m < len(probs) else np.arange(m)
+        if probs[head].sum() < s.top_p:
+            head = np.arange(len(probs))
+        head = head[np.argsort(-probs[head], kind="stable")]
+        cut = int(np.searchsorted(np.cumsum(probs[head]), s.top_p)) + 1
+        keep = head[: max(1, cut)]
+        ids, logits = ids[keep], logits[keep]
+    # min-p: drop tokens less likely than min_p × the most likely one (a threshold in logit space)
+    if s.min_p > 0.0:
+        keep = logits >= logits.max() + math.log(s.min_p)
+        ids, logits = ids[keep], logits[keep]
+    temperature = s.temperature if s.temperature > 0 else 1.0
+    return Distribution.of(ids, _softmax(logits / temperature))
+
+
+def pick(row: np.ndarray, s: SamplingSettings, rng: np.random.Generator) -> tuple[int, Distribution | None]:
+    """The next token from one logits row, with its distribution when sampling (None when greedy)."""
+    if s.greedy:
+        return greedy(row), None
+    dist = shape(row, s)
+    return dist.sample(rng), dist
+
+
+def make_rng(seed: int | None) -> np.random.Generator:
+    return np.random.default_rng(seed)

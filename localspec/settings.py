@@ -1,0 +1,99 @@
+"""Generation settings: plain dataclasses with defaults and validation shared by every face."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from localspec.errors import UserError
+
+DRAFTERS = ("none", "ngram", "draft", "early-exit", "auto")
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSettings:
+    """How a distribution is shaped and drawn from. temperature 0 means greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> None:
+        if not (0.0 <= self.temperature <= 5.0):
+            raise UserError(f"--temperature must be between 0 and 5 (0 = greedy), got {self.temperature}")
+        if self.top_k < 0:
+            raise UserError(f"--top-k must be 0 (off) or a positive number, got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise UserError(f"--top-p must be in (0, 1] (1 = off), got {self.top_p}")
+        if not (0.0 <= self.min_p < 1.0):
+            raise UserError(f"--min-p must be in [0, 1) (0 = off), got {self.min_p}")
+        if self.seed is not None and self.seed < 0:
+            raise UserError(f"--seed must be a non-negative integer, got {self.seed}")
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    """How llama.cpp runs the model: context size, threads, GPU offload."""
+
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: one per physical core (what llama-bench uses)
+    n_gpu_layers: int = 0
+    n_batch: int = 512
+    verbose: bool = False
+
+    def threads(self) -> int:
+        if self.n_threads:
+            return self.n_threads
+        return max(1, os.cpu_count() or 1)
+
+    def validate(self) -> None:
+        if self.n_ctx < 16:
+            raise UserError(f"--ctx must be at least 16 tokens, got {self.n_ctx}")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise UserError(f"--threads must be at least 1, got {self.n_threads}")
+        if self.n_gpu_layers < -1:
+            raise UserError(f"--gpu-layers must be -1 (all), 0 (CPU) or a count, got {self.n_gpu_layers}")
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationSettings:
+    """Which drafter proposes tokens and how many. k None: adaptive."""
+
+    drafter: str = "auto"
+    draft_model: str | None = None
+    k: int | None = None
+    k_max: int = 16
+    exit_layer: int | None = None
+    p_min: float = 0.0
+
+    def validate(self) -> None:
+        if self.drafter not in DRAFTERS:
+            raise UserError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(DRAFTERS)}")
+        if self.k is not None and not (0 <= self.k <= 64):
+            raise UserError(f"--k must be between 0 and 64 (omit it for adaptive), got {self.k}")
+        if self.drafter == "draft" and not self.draft_model:
+            raise UserError("--drafter draft needs a draft model: pass --draft NAME|PATH (or use a --profile)")
+        if self.exit_layer is not None and self.exit_layer < 1:
+            raise UserError(f"--exit-layer must be at least 1, got {self.exit_layer}")
+        if not (0.0 <= self.p_min < 1.0):
+            raise UserError(f"--p-min must be in [0, 1), got {self.p_min}")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationSettings:
+    """One request's limits."""
+
+    max_tokens: int = 256
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+    def validate(self) -> None:
+        if self.max_tokens < 1:
+            raise UserError(f"--max-tokens must be a positive number, got {self.max_tokens}")
+        if any(s == "" for s in self.stop):
+            raise UserError("--stop must not be empty")

@@ -1,0 +1,1 @@
+"""Speculative decoding: the loop, verification, adaptive draft length."""

@@ -1,0 +1,170 @@
+"""The speculation loop: propose → verify → accept → roll back → emit, one target pass per step.
+
+Invariant between steps: the target's cache holds ``history[:-1]``; the last accepted token is "pending" and goes
+into the next pass first, followed by the draft, so one batched pass both extends the cache and scores every
+draft position. Stats, stop conditions and streaming live in ``generate``; ``step`` is the algorithm.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from localspec.drafters.base import Draft, Drafter
+from localspec.errors import ContextFullError
+from localspec.events import Event, Finished, Prefill, Stats, Step, Token
+from localspec.sampling import make_rng
+from localspec.settings import GenerationSettings, SamplingSettings
+from localspec.speculative.adaptive import AdaptiveK, draft_for
+from localspec.speculative.text import TextStream
+from localspec.speculative.verify import Verdict, verify
+
+
+class Target(Protocol):
+    """What the loop needs from the target model's context (engine.Context, or a toy model in tests)."""
+
+    tokens: list[int]
+    n_ctx: int
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray: ...
+    def truncate(self, n_keep: int) -> None: ...
+
+
+class TokenInfo(Protocol):
+    def piece(self, token: int) -> bytes: ...
+    def is_eog(self, token: int) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    draft: Draft
+    verdict: Verdict
+    draft_seconds: float
+    verify_seconds: float
+
+
+class Generator:
+    """Generates from a target model, with or without a drafter, emitting one Step event per target pass."""
+
+    def __init__(
+        self,
+        target: Target,
+        vocab: TokenInfo,
+        drafter: Drafter | None,
+        sampling: SamplingSettings,
+        chooser: AdaptiveK | None = None,
+    ) -> None:
+        self.target = target
+        self.vocab = vocab
+        self.drafter = drafter
+        self.sampling = sampling
+        self.chooser = chooser or AdaptiveK()
+        self.rng = make_rng(sampling.seed)
+
+    def step(self, history: list[int], room: int) -> StepResult:
+        """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed."""
+        t0 = time.perf_counter()
+        draft = Draft() if self.drafter is None else draft_for(self.drafter, history, room, self.chooser)
+        t1 = time.perf_counter()
+        # verify: one batch, [pending] + draft, logits at every position
+        n_cached = len(self.target.tokens)
+        logits = self.target.decode([history[-1], *draft.tokens], all_logits=True)
+        verdict = verify(draft.tokens, draft.dists, logits, self.sampling, self.rng)
+        # roll back: keep the pending token and the accepted draft prefix, drop the rejected tail
+        self.target.truncate(n_cached + 1 + verdict.n_accepted)
+        t2 = time.perf_counter()
+        self.chooser.observe(draft.key, draft.drafter, len(draft), verdict.n_accepted, t1 - t0, t2 - t1)
+        return StepResult(draft, verdict, t1 - t0, t2 - t1)
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        settings: GenerationSettings,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Iterator[Event]:
+        """Stream events for one generation. The cache is reused from the previous call where prompts agree."""
+        history = list(prompt)
+        stats = Stats(prompt_tokens=len(history))
+        yield self._prefill(history, stats)
+        if self.drafter is not None:
+            self.drafter.begin(history)
+        text = TextStream(self.vocab, settings.stop)
+        reason = "length"
+        start = time.perf_counter()
+        try:
+            while stats.generated_tokens < settings.max_tokens:
+                if cancelled():
+                    reason = "interrupted"
+                    break
+                room_ctx = self.target.n_ctx - len(history)
+                if room_ctx < 0:
+                    reason = "context_full"
+                    break
+                room = min(settings.max_tokens - stats.generated_tokens - 1, room_ctx)
+                result = self.step(history, room)
+                event, ended = self._emit(result, text, settings.max_tokens - stats.generated_tokens)
+                history.extend(t.id for t in event.emitted)
+                if self.drafter is not None:
+                    self.drafter.accept(history, len(event.accepted))
+                stats.add_step(event)
+                yield event
+                if ended:
+                    reason = ended
+                    break
+        except KeyboardInterrupt:
+            reason = "interrupted"
+        # keep the invariant for the next call: the cache holds history[:-1]
+        self.target.truncate(len(history) - 1)
+        stats.stop_reason = reason
+        stats.set_decode_seconds(time.perf_counter() - start)
+        yield Finished(reason, stats, "" if reason == "stop" else text.flush())
+
+    def _prefill(self, history: list[int], stats: Stats) -> Prefill:
+        if len(history) >= self.target.n_ctx:
+            raise ContextFullError(
+                f"the prompt is {len(history)} tokens but the context holds {self.target.n_ctx}: "
+                "raise --ctx or shorten the prompt"
+            )
+        t0 = time.perf_counter()
+        cached = self.target.tokens
+        keep = 0
+        while keep < min(len(cached), len(history) - 1) and cached[keep] == history[keep]:
+            keep += 1
+        self.target.truncate(keep)
+        if len(history) - 1 > keep:
+            self.target.decode(history[keep:-1])
+        stats.prefill_seconds = time.perf_counter() - t0
+        return Prefill(len(history), len(history) - 1 - keep, stats.prefill_seconds)
+
+    def _emit(self, result: StepResult, text: TextStream, budget: int) -> tuple[Step, str | None]:
+        """Turn a verified step into tokens, stopping at end-of-generation, a stop string or the token budget."""
+        n = result.verdict.n_accepted
+        ids = [*result.draft.tokens[:n], result.verdict.token]
+        out: list[Token] = []
+        ended: str | None = None
+        for i, token in enumerate(ids):
+            if self.vocab.is_eog(token):
+                ended = "eog"
+                break
+            released, hit = text.feed(token)
+            out.append(Token(token, released, "draft" if i < n else "target"))
+            if hit:
+                ended = "stop"
+                break
+            if len(out) >= budget:
+                ended = "length"
+                break
+        rejected = tuple(
+            Token(t, self.vocab.piece(t).decode("utf-8", "replace"), "draft") for t in result.draft.tokens[n:]
+        )
+        target = out[-1] if out and out[-1].source == "target" else None
+        accepted = tuple(out[:-1] if target is not None else out)
+        step = Step(
+            accepted, rejected, target, result.draft.drafter or "none", len(result.draft),
+            result.draft_seconds, result.verify_seconds,
+        )
+        return step, ended

@@ -1,0 +1,84 @@
+"""Exact verification of a draft against the target's logits.
+
+``logits[i]`` is the target's prediction after ``pending + draft[:i]``, so a draft of k tokens comes with k+1
+rows: the last one yields the bonus token when the whole draft is accepted.
+
+Greedy: accept while the draft equals the target's argmax; the first disagreement is replaced by the argmax.
+Sampling: accept draft token x with probability min(1, p(x)/q(x)), else draw from normalise(max(0, p − q))
+(Leviathan et al. 2023; Chen et al. 2023), so every emitted token is distributed exactly as the target's p.
+A drafter without probabilities proposes deterministically: q is one-hot on x.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.sampling import Distribution, greedy, shape
+from localspec.settings import SamplingSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """How many draft tokens survive, and the token the target adds after them (correction or bonus)."""
+
+    n_accepted: int
+    token: int
+
+
+def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> Verdict:
+    for i, x in enumerate(draft):
+        best = greedy(logits[i])
+        if best != x:
+            return Verdict(i, best)
+    return Verdict(len(draft), greedy(logits[len(draft)]))
+
+
+def residual(p: Distribution, q: Distribution) -> Distribution:
+    """normalise(max(0, p − q)): what the target still owes after the draft's proposal was turned down."""
+    ids = np.union1d(p.ids, q.ids)
+    r = np.maximum(p.on(ids) - q.on(ids), 0.0)
+    if r.sum() <= 0.0:  # p == q: a rejection had probability 0; p itself is the right answer
+        return p
+    keep = r > 0
+    return Distribution(ids[keep], r[keep] / r[keep].sum())
+
+
+def accept_or_resample(
+    p: Distribution, q: Distribution, x: int, rng: np.random.Generator
+) -> tuple[bool, int]:
+    """One rejection-sampling decision for draft token x ~ q against target p."""
+    px, qx = p.prob(x), q.prob(x)
+    if qx > 0.0 and rng.random() < min(1.0, px / qx):
+        return True, x
+    return False, residual(p, q).sample(rng)
+
+
+def verify_sampled(
+    draft: Sequence[int],
+    draft_dists: Sequence[Distribution] | None,
+    logits: np.ndarray,
+    settings: SamplingSettings,
+    rng: np.random.Generator,
+) -> Verdict:
+    for i, x in enumerate(draft):
+        p = shape(logits[i], settings)
+        q = draft_dists[i] if draft_dists is not None else Distribution.one_hot(x)
+        accepted, token = accept_or_resample(p, q, x, rng)
+        if not accepted:
+            return Verdict(i, token)
+    return Verdict(len(draft), shape(logits[len(draft)], settings).sample(rng))
+
+
+def verify(
+    draft: Sequence[int],
+    draft_dists: Sequence[Distribution] | None,
+    logits: np.ndarray,
+    settings: SamplingSettings,
+    rng: np.random.Generator,
+) -> Verdict:
+    if settings.greedy:
+        return verify_greedy(draft, logits)
+    return verify_sampled(draft, draft_dists, logits, settings, rng)

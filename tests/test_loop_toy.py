@@ -1,0 +1,96 @@
+"""The loop's logic, exactly: against a batch-invariant toy model, speculation must not change one token."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localspec.drafters.auto import AutoDrafter
+from localspec.drafters.model import ModelDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.events import Finished, Step
+from localspec.settings import GenerationSettings, SamplingSettings
+from localspec.speculative.adaptive import AdaptiveK
+from localspec.speculative.loop import Generator
+from tests.toy import ToyContext, ToyModel, plain_greedy
+
+TARGET = ToyModel(seed=1)
+PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [1, 2, 3, 4], [10, 11, 10, 11, 10, 11, 12], [42]]
+GREEDY = SamplingSettings(temperature=0.0)
+
+
+def run(drafter_kind: str, prompt: list[int], k: int | None, max_tokens: int = 60,
+        sampling: SamplingSettings = GREEDY) -> tuple[list[int], list[Step], ToyContext]:
+    ctx = ToyContext(TARGET)
+    chooser = AdaptiveK(k_max=8, fixed=k)
+    rng = np.random.default_rng(7)
+
+    def model(noise: float) -> ModelDrafter:
+        return ModelDrafter(ToyContext(ToyModel(seed=2, noise_from=TARGET, noise=noise)), sampling, rng,  # type: ignore[arg-type]
+                            owns_model=False)
+
+    drafter = {
+        "none": None,
+        "ngram": NgramDrafter(),
+        "draft": model(0.7),
+        "self": model(0.0),
+        "auto": AutoDrafter(chooser, model(0.7)),
+        "auto-ngram-only": AutoDrafter(chooser, None),
+    }[drafter_kind]
+    gen = Generator(ctx, TARGET, drafter, sampling, chooser)  # type: ignore[arg-type]
+    steps: list[Step] = []
+    tokens: list[int] = []
+    for event in gen.generate(prompt, GenerationSettings(max_tokens=max_tokens)):
+        if isinstance(event, Step):
+            steps.append(event)
+            tokens.extend(t.id for t in event.emitted)
+        elif isinstance(event, Finished):
+            assert event.stats.generated_tokens == len(tokens)
+    return tokens, steps, ctx
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram", "draft", "self", "auto", "auto-ngram-only"])
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, None])
+def test_speculative_greedy_equals_plain_greedy(drafter: str, k: int | None) -> None:
+    for prompt in PROMPTS:
+        expected = plain_greedy(TARGET, prompt, 60)
+        got, steps, ctx = run(drafter, prompt, k)
+        assert got == expected, f"{drafter} k={k} prompt={prompt}"
+        # the target's cache holds exactly the accepted history but the pending token
+        assert ctx.tokens == (prompt + got)[:-1]
+
+
+def test_self_draft_is_always_accepted_and_saves_passes() -> None:
+    got, steps, ctx = run("self", PROMPTS[1], 4)
+    drafted = sum(len(s.accepted) + len(s.rejected) for s in steps)
+    accepted = sum(len(s.accepted) for s in steps)
+    assert drafted > 0 and accepted == drafted
+    assert len(steps) < len(got) / 2
+
+
+def test_noisy_draft_gets_rejections_and_they_are_reported() -> None:
+    _, steps, _ = run("draft", PROMPTS[0], 5)
+    rejected = [s for s in steps if s.rejected]
+    assert rejected, "a noisy draft should be rejected sometimes"
+    for s in rejected:
+        assert s.target is not None and s.target.source == "target"
+        assert s.rejected[0].id != s.target.id  # the correction replaces the first rejected token
+
+
+def test_ngram_on_repetitive_prompt_drafts_and_accepts() -> None:
+    _, steps, _ = run("ngram", PROMPTS[2], 6)
+    assert sum(len(s.accepted) for s in steps) > 0
+    assert {s.drafter for s in steps} <= {"ngram", "none"}
+
+
+def test_max_tokens_is_exact_even_inside_an_accepted_draft() -> None:
+    for n in (1, 2, 7, 13):
+        got, _, _ = run("self", PROMPTS[1], 8, max_tokens=n)
+        assert len(got) == n
+
+
+def test_sampled_generation_is_reproducible_with_a_seed() -> None:
+    s = SamplingSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, seed=123)
+    a, _, _ = run("draft", PROMPTS[0], 4, sampling=s)
+    b, _, _ = run("draft", PROMPTS[0], 4, sampling=s)
+    assert a == b

@@ -1,0 +1,81 @@
+"""A tiny numpy language model behind the engine's protocol: batch-invariant by construction.
+
+Its logits depend only on the last two tokens, through fixed random tables, so a batch and one-at-a-time
+decoding give bit-identical logits and the loop's logic can be checked exactly, token for token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+VOCAB = 48
+EOS = 0
+
+
+class ToyModel:
+    def __init__(self, seed: int = 0, sharpness: float = 3.0, noise_from: ToyModel | None = None,
+                 noise: float = 0.0) -> None:
+        rng = np.random.default_rng(seed)
+        if noise_from is None:
+            self.a = rng.normal(size=(VOCAB, VOCAB)) * sharpness
+            self.b = rng.normal(size=(VOCAB, VOCAB)) * sharpness * 0.5
+        else:  # a "draft" that mostly agrees with another toy model
+            self.a = noise_from.a + rng.normal(size=(VOCAB, VOCAB)) * noise
+            self.b = noise_from.b + rng.normal(size=(VOCAB, VOCAB)) * noise
+        self.a[:, EOS] -= 6.0  # end-of-generation is rare
+        self.model = None  # what ModelDrafter.close() looks at
+
+    def row(self, prev2: int, prev: int) -> np.ndarray:
+        return (self.a[prev] + self.b[prev2]).astype(np.float32)
+
+    # TokenInfo protocol
+    def piece(self, token: int) -> bytes:
+        return b"" if token == EOS else f"<{token}>".encode()
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOS
+
+
+class ToyContext:
+    """The Target protocol over a ToyModel; counts passes so tests can see what speculation saved."""
+
+    def __init__(self, model: ToyModel, n_ctx: int = 4096) -> None:
+        self.m = model
+        self.model = None
+        self.n_ctx = n_ctx
+        self.tokens: list[int] = []
+        self.passes = 0
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise RuntimeError("toy context full")
+        self.passes += 1
+        rows = []
+        for t in tokens:
+            prev2 = self.tokens[-1] if self.tokens else EOS
+            self.tokens.append(int(t))
+            rows.append(self.m.row(prev2, int(t)))
+        out = np.stack(rows)
+        return out if all_logits else out[-1:]
+
+    def truncate(self, n_keep: int) -> None:
+        del self.tokens[n_keep:]
+
+    def close(self) -> None:
+        pass
+
+
+def plain_greedy(model: ToyModel, prompt: Sequence[int], n: int) -> list[int]:
+    """Reference: one token at a time, argmax, stop at EOS."""
+    tokens = list(prompt)
+    out: list[int] = []
+    while len(out) < n:
+        prev2 = tokens[-2] if len(tokens) > 1 else EOS
+        nxt = int(model.row(prev2, tokens[-1]).argmax())
+        if nxt == EOS:
+            break
+        out.append(nxt)
+        tokens.append(nxt)
+    return out
