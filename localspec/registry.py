@@ -1,0 +1,393 @@
+"""The model registry: ``models.toml`` (shipped) plus the user's ``models.toml`` (config dir), user wins.
+
+It names models (hub repo + GGUF file, or the embedded default) and profiles (a target plus drafter settings),
+and turns what the user typed (`--model NAME|PATH`, `--profile NAME`) into a file path. Mistakes in a file are
+reported with file and line; unknown keys are warned about on stderr, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from localspec.errors import UserError
+from localspec.paths import user_registry_path
+from localspec.settings import DRAFTERS  # one list of drafter names for flags and files
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+_MODEL_KEYS = {"repo", "file", "revision", "sha256", "family", "notes", "source"}
+_PROFILE_KEYS = {"target", "drafter", "draft", "k", "exit_layer", "notes"}
+_TOP_KEYS = {"default", "models", "profiles"}
+_SOURCES = ("hub", "embedded")
+
+
+class RegistryError(UserError):
+    """A models.toml that cannot be used; the message starts with ``file:line:``."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    file: str
+    repo: str | None = None  # hub repo id; None for the embedded model
+    revision: str | None = None
+    sha256: str | None = None
+    family: str | None = None
+    notes: str = ""
+    source: str = "hub"  # "hub" | "embedded"
+    defined_in: Path | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.source == "embedded"
+
+    @property
+    def quant(self) -> str | None:
+        from localspec.hub import quant_of
+
+        return quant_of(self.file)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    target: str
+    drafter: str
+    draft: str | None = None
+    k: int | None = None
+    exit_layer: int | None = None
+    notes: str = ""
+    defined_in: Path | None = None
+
+
+@dataclass
+class Registry:
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    profiles: dict[str, Profile] = field(default_factory=dict)
+    default: str = "gemma3-270m"
+    files: list[Path] = field(default_factory=list)  # the files it was read from, shipped first
+    warnings: list[str] = field(default_factory=list)
+    default_at: str = "models.toml"  # file:line of the `default = ...` in force, for error messages
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str
+    path: Path
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+
+def shipped_registry_path() -> Path:
+    return Path(str(resources.files("localspec").joinpath("models.toml")))
+
+
+_reported: set[str] = set()  # warnings already shown in this process (the registry is loaded more than once)
+
+
+def load_registry(*, user_file: Path | None = None, report: bool = True) -> Registry:
+    """Read the shipped registry, then the user's file over it; print new warnings to stderr if ``report``."""
+    reg = Registry()
+    _merge(reg, shipped_registry_path())
+    user = user_file or user_registry_path()
+    if user.exists():
+        _merge(reg, user)
+    _check_references(reg)
+    if report:
+        for w in reg.warnings:
+            if w not in _reported:
+                _reported.add(w)
+                print(f"localspec: warning: {w}", file=sys.stderr)
+    return reg
+
+
+def _merge(reg: Registry, path: Path) -> None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RegistryError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise RegistryError(f"{path}: not UTF-8 text") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line L, column C)"; put the location first, like a compiler.
+        line = getattr(exc, "lineno", None) or _line_from_message(str(exc), text)
+        msg = getattr(exc, "msg", None) or re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)$", "", str(exc))
+        raise RegistryError(f"{path}:{line}: invalid TOML: {msg}") from None
+    lines = text.splitlines()
+    reg.files.append(path)
+    where = _Locator(path, lines)
+
+    for key in data:
+        if key not in _TOP_KEYS:
+            reg.warnings.append(f"{where.at(key=key)}: unknown key '{key}' (ignored; expected {_list(_TOP_KEYS)})")
+    if "default" in data:
+        if not isinstance(data["default"], str):
+            raise RegistryError(f"{where.at(key='default')}: 'default' must be a model name (a string)")
+        reg.default = data["default"]
+        reg.default_at = where.at(key="default")
+    for kind, parse in (("models", _parse_model), ("profiles", _parse_profile)):
+        tables = data.get(kind, {})
+        if not isinstance(tables, dict):
+            raise RegistryError(f"{where.at(key=kind)}: '{kind}' must be a table ([{kind}.NAME] sections)")
+        for name, table in tables.items():
+            if not isinstance(table, dict):
+                raise RegistryError(f"{where.at(kind, name)}: [{kind}.{name}] must be a table of settings")
+            entry = parse(name, table, where, reg.warnings)
+            if kind == "models":
+                reg.models[name] = entry  # a user entry replaces the shipped one whole (no field merging)
+            else:
+                reg.profiles[name] = entry
+
+
+def _parse_model(name: str, t: dict[str, Any], where: _Locator, warnings: list[str]) -> ModelEntry:
+    _warn_unknown(t, _MODEL_KEYS, ("models", name), where, warnings)
+    source = _opt_str(t, "source", ("models", name), where) or "hub"
+    if source not in _SOURCES:
+        raise RegistryError(f"{where.at('models', name, 'source')}: source must be one of {_list(_SOURCES)}")
+    file = _opt_str(t, "file", ("models", name), where)
+    if not file:
+        raise RegistryError(f"{where.at('models', name)}: model '{name}' needs a 'file' (the GGUF file name)")
+    if not file.lower().endswith(".gguf"):
+        raise RegistryError(f"{where.at('models', name, 'file')}: 'file' must name a .gguf file, not '{file}'")
+    repo = _opt_str(t, "repo", ("models", name), where)
+    if source == "hub":
+        if not repo:
+            raise RegistryError(f"{where.at('models', name)}: model '{name}' needs a 'repo' (hub id owner/name)")
+        if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
+            raise RegistryError(f"{where.at('models', name, 'repo')}: repo must look like owner/name, not '{repo}'")
+    sha = _opt_str(t, "sha256", ("models", name), where)
+    if sha is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha):
+        raise RegistryError(f"{where.at('models', name, 'sha256')}: sha256 must be 64 hex digits")
+    return ModelEntry(
+        name=name,
+        file=file,
+        repo=repo,
+        revision=_opt_str(t, "revision", ("models", name), where),
+        sha256=sha.lower() if sha else None,
+        family=_opt_str(t, "family", ("models", name), where),
+        notes=_opt_str(t, "notes", ("models", name), where) or "",
+        source=source,
+        defined_in=where.path,
+    )
+
+
+def _parse_profile(name: str, t: dict[str, Any], where: _Locator, warnings: list[str]) -> Profile:
+    table = ("profiles", name)
+    _warn_unknown(t, _PROFILE_KEYS, table, where, warnings)
+    target = _opt_str(t, "target", table, where)
+    if not target:
+        raise RegistryError(f"{where.at(*table)}: profile '{name}' needs a 'target' (a model name)")
+    drafter = _opt_str(t, "drafter", table, where) or "auto"
+    if drafter not in DRAFTERS:
+        raise RegistryError(f"{where.at(*table, 'drafter')}: drafter must be one of {_list(DRAFTERS)}")
+    draft = _opt_str(t, "draft", table, where)
+    if drafter == "draft" and not draft:
+        raise RegistryError(f"{where.at(*table)}: profile '{name}' has drafter 'draft' but no 'draft' model")
+    k = _opt_int(t, "k", table, where, minimum=0)
+    exit_layer = _opt_int(t, "exit_layer", table, where, minimum=1)
+    return Profile(
+        name=name,
+        target=target,
+        drafter=drafter,
+        draft=draft,
+        k=k,
+        exit_layer=exit_layer,
+        notes=_opt_str(t, "notes", table, where) or "",
+        defined_in=where.path,
+    )
+
+
+def _check_references(reg: Registry) -> None:
+    """Profiles and the default must name known models (checked after merging: the user may add them)."""
+    for p in reg.profiles.values():
+        for role, ref in (("target", p.target), ("draft", p.draft)):
+            if ref is not None and ref not in reg.models:
+                loc = _Locator(p.defined_in or Path("models.toml"), _read_lines(p.defined_in))
+                raise RegistryError(
+                    f"{loc.at('profiles', p.name, role)}: profile '{p.name}' names unknown"
+                    f" {role} model '{ref}'"
+                    f" (known: {_list(reg.models)})"
+                )
+    if reg.default not in reg.models and reg.default not in reg.profiles:
+        raise RegistryError(f"{reg.default_at}: default '{reg.default}' is not a model or profile name")
+
+
+def _read_lines(path: Path | None) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines() if path else []
+    except OSError:
+        return []
+
+
+def _warn_unknown(
+    t: dict[str, Any], known: set[str], table: tuple[str, str], where: _Locator, warnings: list[str]
+) -> None:
+    for key in t:
+        if key not in known:
+            warnings.append(
+                f"{where.at(*table, key)}: unknown key '{key}' in [{table[0]}.{table[1]}] (ignored; expected"
+                f" {_list(known)})"
+            )
+
+
+def _opt_str(t: dict[str, Any], key: str, table: tuple[str, str], where: _Locator) -> str | None:
+    value = t.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise RegistryError(f"{where.at(*table, key)}: '{key}' must be a string, not {_toml_type(value)}")
+
+
+def _opt_int(t: dict[str, Any], key: str, table: tuple[str, str], where: _Locator, minimum: int) -> int | None:
+    value = t.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise RegistryError(f"{where.at(*table, key)}: '{key}' must be a whole number >= {minimum}, not {value!r}")
+    return value
+
+
+def _toml_type(value: object) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "a table"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _list(items: Any) -> str:
+    return ", ".join(sorted(items))
+
+
+def _line_from_message(message: str, text: str) -> int | str:
+    # Python < 3.14: the position is only in the message, "(at line L, column C)" or "(at end of document)".
+    m = re.search(r"at line (\d+)", message)
+    if m:
+        return int(m.group(1))
+    if "end of document" in message:
+        return max(1, len(text.rstrip().splitlines()))
+    return "?"
+
+
+class _Locator:
+    """Finds the line of a table header (``[models.x]``, ``[models."x"]``) or of a key inside it.
+
+    tomllib gives line numbers only for syntax errors; for "this value is wrong" we scan the text ourselves.
+    Good enough for hand-written files: inline tables and dotted keys fall back to the table's header line.
+    """
+
+    _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+
+    def __init__(self, path: Path, lines: list[str]) -> None:
+        self.path = path
+        self.lines = lines
+
+    def at(self, *table_then_key: str, key: str | None = None) -> str:
+        parts = list(table_then_key)
+        if key is None and len(parts) == 3:
+            key = parts.pop()
+        line = self._find(tuple(parts), key)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+    def _find(self, table: tuple[str, ...], key: str | None) -> int | None:
+        current: tuple[str, ...] = ()
+        header_line = None
+        for i, raw in enumerate(self.lines, start=1):
+            m = self._HEADER.match(raw)
+            if m:
+                current = _split_dotted(m.group(1))
+                if current == table:
+                    header_line = i
+                    if key is None:
+                        return i
+                continue
+            if key is not None and current == table:
+                km = re.match(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)\s*=", raw)
+                if km and km.group(1).strip("\"'") == key:
+                    return i
+        return header_line
+
+
+def _split_dotted(header: str) -> tuple[str, ...]:
+    parts = re.findall(r'"([^"]*)"|\'([^\']*)\'|([^.\s"\']+)', header)
+    return tuple(a or b or c for a, b, c in parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the rest of localspec calls
+# --------------------------------------------------------------------------------------------------
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        os.sep in spec
+        or (os.altsep is not None and os.altsep in spec)
+        or spec.lower().endswith(".gguf")
+        or (Path(spec).exists())
+    )
+
+
+def resolve_model(spec: str | None, *, progress: bool = True) -> ResolvedModel:
+    """Turn ``--model`` (None, a path, or a registry name) into a local GGUF path, or a one-line UserError."""
+    if spec is not None and _looks_like_path(spec):
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise UserError(f"model file not found: {spec} (check the path, or use a name from `localspec models`)")
+        return ResolvedModel(name=path.stem, path=path)
+    reg = load_registry()
+    name = spec if spec is not None else reg.default
+    if spec is None and name in reg.profiles and name not in reg.models:
+        name = reg.profiles[name].target  # `default` may name a profile: use its target
+    entry = reg.models.get(name)
+    if entry is None:
+        raise UserError(
+            f"unknown model '{name}': use a path to a .gguf file or one of {_list(reg.models)} (see `localspec models`)"
+        )
+    return ResolvedModel(name=entry.name, path=local_path(entry, progress=progress))
+
+
+def local_path(entry: ModelEntry, *, progress: bool = True) -> Path:
+    """Where a registry model lives on disk; embedded ones are assembled on demand, hub ones pulled first."""
+    from localspec import hub
+
+    if entry.embedded:
+        return hub.ensure_default_model(progress=progress)
+    path = find_local(entry)
+    if path is None:
+        raise UserError(f"model '{entry.name}' is not downloaded yet: run `localspec pull {entry.name}`")
+    return path
+
+
+def find_local(entry: ModelEntry) -> Path | None:
+    """The downloaded file of a hub model (hub cache first, then localspec's pull records), else None."""
+    from localspec import hub
+
+    if entry.repo is None:
+        return None
+    found = hub.cached_path(entry.repo, entry.file, entry.revision)
+    if found is not None:
+        return found
+    for r in hub.load_records():
+        same = r.get("repo") == entry.repo and r.get("file") == entry.file
+        if same and entry.revision in (None, r.get("revision"), r.get("commit")) and Path(str(r.get("path"))).is_file():
+            return Path(str(r["path"]))
+    return None
+
+
+def resolve_profile(name: str) -> Profile:
+    reg = load_registry()
+    profile = reg.profiles.get(name)
+    if profile is None:
+        raise UserError(f"unknown profile '{name}': use one of {_list(reg.profiles)} (see `localspec models`)")
+    return profile
