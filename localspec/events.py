@@ -110,4 +110,11 @@ class Finished:
     tail: str = ""
 
 
-Event = Prefill | Step | Finished
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the user should know that did not stop generation (e.g. speculation switched off)."""
+
+    message: str
+
+
+Event = Prefill | Step | Notice | Finished

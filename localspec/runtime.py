@@ -40,8 +40,10 @@ class Runtime:
     generator: Generator
     drafter_name: str
     chat_template: ChatTemplate
+    settings: tuple[RuntimeSettings, SpeculationSettings, SamplingSettings]
     notices: list[str] = field(default_factory=list)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
+    _drafters: dict[str, Drafter | None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(
@@ -66,10 +68,25 @@ class Runtime:
                 drafter_name = "none"
             drafter = _open_drafter(drafter_name, target, speculation, sampling, runtime, chooser, stack)
             generator = Generator(ctx, target.vocab, drafter, sampling, chooser)
-            return cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target), notices, stack)
+            rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
+                     (runtime, speculation, sampling), notices, stack)
+            rt._drafters[drafter_name] = drafter
+            return rt
         except BaseException:
             stack.close()
             raise
+
+    def set_drafter(self, kind: str) -> None:
+        """Switch the drafter for the next generation, opening it on first use (it then stays open)."""
+        if kind not in self._drafters:
+            runtime, speculation, sampling = self.settings
+            if kind != "none" and not self.model.can_rollback:
+                raise UserError(f"{self.model_name} cannot roll back its cache: only --drafter none works")
+            self._drafters[kind] = _open_drafter(
+                kind, self.model, speculation, sampling, runtime, self.generator.chooser, self._stack
+            )
+        self.generator.drafter = self._drafters[kind]
+        self.drafter_name = kind
 
     def prompt_tokens(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
         if chat:

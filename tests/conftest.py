@@ -1,1 +1,43 @@
+"""Shared fixtures. Tests never touch ~: localspec's home is a git-ignored folder in the checkout."""
+
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".localspec-home"))
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The embedded default model (Gemma 3 270M Q4_K_M), assembled once per checkout."""
+    from localspec.hub import ensure_default_model
+
+    return ensure_default_model(progress=False)
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def localspec(args: Sequence[str], *, input: str | None = None, timeout: float = 120) -> Result:
+    """Run the real `localspec` command in a subprocess, as a user would."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "localspec", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)

@@ -94,3 +94,21 @@ def test_sampled_generation_is_reproducible_with_a_seed() -> None:
     a, _, _ = run("draft", PROMPTS[0], 4, sampling=s)
     b, _, _ = run("draft", PROMPTS[0], 4, sampling=s)
     assert a == b
+
+
+def test_a_model_that_cannot_roll_back_falls_back_to_plain_decoding_with_a_notice() -> None:
+    from localspec.events import Notice
+    from tests.toy import RecurrentToyContext
+
+    prompt = PROMPTS[0]
+    ctx = RecurrentToyContext(TARGET)
+    rng = np.random.default_rng(0)
+    noisy = ModelDrafter(ToyContext(ToyModel(seed=2, noise_from=TARGET, noise=0.7)), GREEDY, rng,  # type: ignore[arg-type]
+                         owns_model=False)
+    gen = Generator(ctx, TARGET, noisy, GREEDY, AdaptiveK(fixed=4))  # type: ignore[arg-type]
+    events = list(gen.generate(prompt, GenerationSettings(max_tokens=40)))
+    tokens = [t.id for e in events if isinstance(e, Step) for t in e.emitted]
+    notices = [e for e in events if isinstance(e, Notice)]
+    assert tokens == plain_greedy(TARGET, prompt, 40)
+    assert len(notices) == 1 and "roll back" in notices[0].message
+    assert gen.drafter is None

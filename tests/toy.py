@@ -79,3 +79,14 @@ def plain_greedy(model: ToyModel, prompt: Sequence[int], n: int) -> list[int]:
         out.append(nxt)
         tokens.append(nxt)
     return out
+
+
+class RecurrentToyContext(ToyContext):
+    """A context whose memory, like a recurrent model's, can only be dropped whole."""
+
+    def truncate(self, n_keep: int) -> None:
+        from localspec.errors import RollbackUnsupported
+
+        if 0 < n_keep < len(self.tokens):
+            raise RollbackUnsupported("toy recurrent memory")
+        super().truncate(n_keep)

@@ -37,7 +37,7 @@ from localspec.cli.options import (
 )
 from localspec.cli.render import json_document, stats_lines
 from localspec.errors import UserError
-from localspec.events import Finished, Step, Token
+from localspec.events import Finished, Notice, Step, Token
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -124,6 +124,8 @@ def _generate(rt: Runtime, prompt_tokens: list[int], options: Options, as_json: 
                 if not as_json and token.text:
                     out.write(token.text)
                     out.flush()
+        elif isinstance(event, Notice):
+            print(f"\nlocalspec: {event.message}", file=sys.stderr)
         elif isinstance(event, Finished):
             finished = event
     assert finished is not None

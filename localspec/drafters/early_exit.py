@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from localspec.engine.prune import prune_layers
+from localspec.engine.rewrite import copy_model
 from localspec.errors import UserError
 from localspec.gguf_header import ArrayLength, read_header
 from localspec.paths import cache_dir
@@ -57,7 +57,7 @@ def early_exit_model(target: Path, exit_layer: int, n_layer: int) -> Path:
     print(f"localspec: building the early-exit draft ({exit_layer} of {n_layer} layers)…", file=sys.stderr)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
     try:
-        prune_layers(target, tmp, list(range(exit_layer, n_layer)))
+        copy_model(target, tmp, prune_layers=list(range(exit_layer, n_layer)))
         check_pruned(target, tmp, exit_layer)
         os.replace(tmp, out)
     finally:

@@ -107,6 +107,10 @@ class AdaptiveK:
             old = self._draft_cost.get(drafter)
             self._draft_cost[drafter] = per_token if old is None else _DECAY * old + (1 - _DECAY) * per_token
 
+    def plain_seconds_per_token(self) -> float:
+        """What one plain decoding step costs, as measured (0 before any step)."""
+        return self._verify(1) if self._verify.base > 0 else 0.0
+
     def expected_speedup(self, key: str, drafter: str, k: int) -> float:
         """Tokens/s with drafts of length k relative to plain decoding, from the current estimates."""
         if self._verify.base <= 0.0 or k <= 0:

@@ -15,8 +15,8 @@ from typing import Protocol
 import numpy as np
 
 from localspec.drafters.base import Draft, Drafter
-from localspec.errors import ContextFullError
-from localspec.events import Event, Finished, Prefill, Stats, Step, Token
+from localspec.errors import ContextFullError, RollbackUnsupported
+from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
 from localspec.sampling import make_rng
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.adaptive import AdaptiveK, draft_for
@@ -64,6 +64,7 @@ class Generator:
         self.sampling = sampling
         self.chooser = chooser or AdaptiveK()
         self.rng = make_rng(sampling.seed)
+        self.notices: list[str] = []
 
     def step(self, history: list[int], room: int) -> StepResult:
         """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed."""
@@ -75,10 +76,21 @@ class Generator:
         logits = self.target.decode([history[-1], *draft.tokens], all_logits=True)
         verdict = verify(draft.tokens, draft.dists, logits, self.sampling, self.rng)
         # roll back: keep the pending token and the accepted draft prefix, drop the rejected tail
-        self.target.truncate(n_cached + 1 + verdict.n_accepted)
+        self._roll_back(n_cached + 1 + verdict.n_accepted)
         t2 = time.perf_counter()
         self.chooser.observe(draft.key, draft.drafter, len(draft), verdict.n_accepted, t1 - t0, t2 - t1)
         return StepResult(draft, verdict, t1 - t0, t2 - t1)
+
+    def _roll_back(self, n_keep: int) -> None:
+        try:
+            self.target.truncate(n_keep)
+        except RollbackUnsupported:
+            # the model's memory cannot drop a suffix (recurrent/hybrid): rebuild it once, then decode plainly
+            kept = self.target.tokens[:n_keep]
+            self.target.truncate(0)
+            self.target.decode(kept)
+            self.drafter = None
+            self.notices.append("this model cannot roll back its cache: speculation is off, decoding plainly")
 
     def generate(
         self,
@@ -112,6 +124,8 @@ class Generator:
                     self.drafter.accept(history, len(event.accepted))
                 stats.add_step(event)
                 yield event
+                while self.notices:
+                    yield Notice(self.notices.pop(0))
                 if ended:
                     reason = ended
                     break
