@@ -98,3 +98,17 @@ def pick(row: np.ndarray, s: SamplingSettings, rng: np.random.Generator) -> tupl
 
 def make_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
+
+
+class PositionalDraws:
+    """One independent random stream per sequence position, derived from the seed.
+
+    The token drawn at position j then depends on (seed, j, logits) only, not on how many draws came before:
+    a seeded run gives the same text whatever the draft lengths were.
+    """
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed if seed is not None else int(np.random.SeedSequence().entropy % (1 << 63))
+
+    def at(self, position: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, position])

@@ -112,3 +112,14 @@ def test_a_model_that_cannot_roll_back_falls_back_to_plain_decoding_with_a_notic
     assert tokens == plain_greedy(TARGET, prompt, 40)
     assert len(notices) == 1 and "roll back" in notices[0].message
     assert gen.drafter is None
+
+
+@pytest.mark.parametrize("k", [1, 3, 6, None])
+def test_seeded_sampling_with_ngram_drafts_gives_exactly_the_plain_sampled_text(k: int | None) -> None:
+    """One-hot drafts are verified by drawing from p with the position's own stream: the text is the seed's."""
+    s = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=99)
+    for prompt in PROMPTS:
+        plain, _, _ = run("none", prompt, None, sampling=s)
+        spec, steps, _ = run("ngram", prompt, k, sampling=s)
+        assert spec == plain
+    assert any(step.accepted for step in steps) or k == 1

@@ -40,7 +40,8 @@ class Context:
         self._handle: llama_cpp.llama_context_p | None = handle
         self._memory = llama_cpp.llama_get_memory(handle)
         self.n_ctx: int = llama_cpp.llama_n_ctx(handle)
-        self.n_batch = n_batch
+        # llama.cpp may round the context up and clamp the batch to it: use what it actually set
+        n_batch = self.n_batch = min(n_batch, llama_cpp.llama_n_batch(handle), llama_cpp.llama_n_ubatch(handle))
         self.n_vocab: int = model.vocab.n_tokens
         self.tokens: list[int] = []
         # One batch, allocated once; its arrays are written through numpy views, not per-element ctypes.

@@ -65,6 +65,10 @@ class AdaptiveK:
     def __init__(self, k_max: int = 16, fixed: int | None = None) -> None:
         self.k_max = k_max
         self.fixed = fixed
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was learned (acceptance and costs); drafters holding this chooser keep using it."""
         self._acceptance: dict[str, _Acceptance] = {}
         self._draft_cost: dict[str, float] = {}  # seconds per drafted token, per drafter
         self._verify = _VerifyCost()

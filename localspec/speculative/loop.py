@@ -17,7 +17,7 @@ import numpy as np
 from localspec.drafters.base import Draft, Drafter
 from localspec.errors import ContextFullError, RollbackUnsupported
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
-from localspec.sampling import make_rng
+from localspec.sampling import PositionalDraws
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.adaptive import AdaptiveK, draft_for
 from localspec.speculative.text import TextStream
@@ -63,7 +63,7 @@ class Generator:
         self.drafter = drafter
         self.sampling = sampling
         self.chooser = chooser or AdaptiveK()
-        self.rng = make_rng(sampling.seed)
+        self.draws = PositionalDraws(sampling.seed)  # renewed per generation: unseeded runs differ
         self.notices: list[str] = []
 
     def step(self, history: list[int], room: int) -> StepResult:
@@ -74,7 +74,8 @@ class Generator:
         # verify: one batch, [pending] + draft, logits at every position
         n_cached = len(self.target.tokens)
         logits = self.target.decode([history[-1], *draft.tokens], all_logits=True)
-        verdict = verify(draft.tokens, draft.dists, logits, self.sampling, self.rng)
+        position = len(history)  # where the first token of this pass lands
+        verdict = verify(draft.tokens, draft.dists, logits, self.sampling, lambda i: self.draws.at(position + i))
         # roll back: keep the pending token and the accepted draft prefix, drop the rejected tail
         self._roll_back(n_cached + 1 + verdict.n_accepted)
         t2 = time.perf_counter()
@@ -100,6 +101,7 @@ class Generator:
     ) -> Iterator[Event]:
         """Stream events for one generation. The cache is reused from the previous call where prompts agree."""
         history = list(prompt)
+        self.draws = PositionalDraws(self.sampling.seed)
         stats = Stats(prompt_tokens=len(history))
         yield self._prefill(history, stats)
         if self.drafter is not None:

@@ -6,12 +6,17 @@ rows: the last one yields the bonus token when the whole draft is accepted.
 Greedy: accept while the draft equals the target's argmax; the first disagreement is replaced by the argmax.
 Sampling: accept draft token x with probability min(1, p(x)/q(x)), else draw from normalise(max(0, p − q))
 (Leviathan et al. 2023; Chen et al. 2023), so every emitted token is distributed exactly as the target's p.
-A drafter without probabilities proposes deterministically: q is one-hot on x.
+A drafter without probabilities proposes deterministically: q is one-hot on x, so x is accepted with
+probability p(x) and a rejection draws from p without x. We realise exactly that by drawing y ~ p and accepting
+x iff y == x, with the random stream of the token's position: the text then depends only on the seed, never
+on the draft, and equals plain sampling with the same seed.
+
+Randomness comes from ``rng_at(i)``: a generator for the i-th position of this pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,15 +66,19 @@ def verify_sampled(
     draft_dists: Sequence[Distribution] | None,
     logits: np.ndarray,
     settings: SamplingSettings,
-    rng: np.random.Generator,
+    rng_at: Callable[[int], np.random.Generator],
 ) -> Verdict:
     for i, x in enumerate(draft):
         p = shape(logits[i], settings)
-        q = draft_dists[i] if draft_dists is not None else Distribution.one_hot(x)
-        accepted, token = accept_or_resample(p, q, x, rng)
+        if draft_dists is None:  # one-hot q
+            y = p.sample(rng_at(i))
+            if y != x:
+                return Verdict(i, y)
+            continue
+        accepted, token = accept_or_resample(p, draft_dists[i], x, rng_at(i))
         if not accepted:
             return Verdict(i, token)
-    return Verdict(len(draft), shape(logits[len(draft)], settings).sample(rng))
+    return Verdict(len(draft), shape(logits[len(draft)], settings).sample(rng_at(len(draft))))
 
 
 def verify(
@@ -77,8 +86,8 @@ def verify(
     draft_dists: Sequence[Distribution] | None,
     logits: np.ndarray,
     settings: SamplingSettings,
-    rng: np.random.Generator,
+    rng_at: Callable[[int], np.random.Generator],
 ) -> Verdict:
     if settings.greedy:
         return verify_greedy(draft, logits)
-    return verify_sampled(draft, draft_dists, logits, settings, rng)
+    return verify_sampled(draft, draft_dists, logits, settings, rng_at)

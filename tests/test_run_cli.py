@@ -1,0 +1,132 @@
+"""`localspec run` end to end: the real command, the real model, the real llama.cpp."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import localspec
+
+PARIS = "Question: What is the capital of France?\nAnswer:"
+
+
+def assert_one_line_error(result, *fragments: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.code == 2, (result.code, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("localspec: error:"), lines[0]
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_greedy_answer_is_sensible_and_deterministic(model_path: Path) -> None:
+    first = localspec(["run", PARIS, "--max-tokens", "8", "--drafter", "none"])
+    again = localspec(["run", PARIS, "--max-tokens", "8", "--drafter", "none"])
+    assert first.code == 0, first.stderr
+    assert "Paris" in first.stdout
+    assert first.stdout == again.stdout
+    assert "tok/s" in first.stderr and "prefill" in first.stderr
+
+
+def test_json_document_has_the_documented_shape(model_path: Path) -> None:
+    result = localspec(["run", PARIS, "--max-tokens", "12", "--json"])
+    assert result.code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert set(doc) >= {"model", "drafter", "text", "tokens", "stats"}
+    assert doc["model"] == "gemma3-270m" and doc["drafter"] == "auto"
+    assert doc["text"] == "".join(t["text"] for t in doc["tokens"])
+    for token in doc["tokens"]:
+        assert set(token) == {"id", "text", "source"} and token["source"] in ("draft", "target")
+    stats = doc["stats"]
+    for key in ("prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds", "tokens_per_second",
+                "target_passes", "drafted", "accepted", "acceptance_rate", "mean_accepted_length"):
+        assert key in stats, key
+    assert stats["generated_tokens"] == len(doc["tokens"]) <= 12
+
+
+def test_stdin_prompt_and_stop_string(model_path: Path) -> None:
+    result = localspec(["run", "-", "--max-tokens", "40", "--stop", "\n", "--json"], input=PARIS)
+    assert result.code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert "Paris" in doc["text"] and "\n" not in doc["text"]
+    assert doc["stats"]["stop_reason"] == "stop"
+
+
+def test_streaming_never_splits_a_utf8_character(model_path: Path) -> None:
+    prompt = "Traduis en japonais et en chinois : « Bonjour, café ! » 日本語:"
+    result = localspec(["run", prompt, "--max-tokens", "40", "--drafter", "none", "--json"])
+    doc = json.loads(result.stdout)
+    assert any(ord(ch) > 127 for ch in doc["text"]), doc["text"]  # the test exercises multibyte output
+    assert "\ufffd" not in doc["text"]
+    for token in doc["tokens"]:
+        assert "\ufffd" not in token["text"]
+
+
+def test_seeded_sampling_is_reproducible(model_path: Path) -> None:
+    args = ["run", "Once upon a time", "--max-tokens", "24", "--temperature", "0.9", "--seed", "7", "--json"]
+    a, b = localspec(args), localspec(args)
+    assert a.code == 0, a.stderr
+    assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--max-tokens", "0"], "--max-tokens"),
+        (["--max-tokens", "-3"], "--max-tokens"),
+        (["--temperature", "-1"], "--temperature"),
+        (["--top-p", "0"], "--top-p"),
+        (["--min-p", "1.5"], "--min-p"),
+        (["--top-k", "-2"], "--top-k"),
+        (["--drafter", "magic"], "unknown drafter"),
+        (["--model", "no-such-model"], "gemma3-270m"),
+        (["--model", "/nonexistent/model.gguf"], "not found"),
+    ],
+)
+def test_bad_options_give_one_line_and_exit_2(args: list[str], fragment: str) -> None:
+    assert_one_line_error(localspec(["run", "hello", *args]), fragment)
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "model.gguf"
+    fake.write_text("this is not a model")
+    assert_one_line_error(localspec(["run", "hello", "--model", str(fake)]), "not a GGUF")
+
+
+def test_a_truncated_gguf_is_refused(tmp_path: Path, model_path: Path) -> None:
+    cut = tmp_path / "cut.gguf"
+    with model_path.open("rb") as src:
+        cut.write_bytes(src.read(8_000_000))
+    result = localspec(["run", "hello", "--model", str(cut)])
+    assert_one_line_error(result)
+    assert "truncated" in result.stderr or "incomplete" in result.stderr
+
+
+def test_a_prompt_longer_than_the_context_is_refused(model_path: Path) -> None:
+    result = localspec(["run", "word " * 600, "--ctx", "256"])
+    assert_one_line_error(result, "--ctx")
+
+
+def test_ctrl_c_keeps_the_text_prints_stats_and_exits_130(model_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localspec", "run", "Write a very long story about the sea.", "--max-tokens", "4000",
+         "--drafter", "none", "--ctx", "8192"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.read(20)  # wait until generation is visibly under way
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert len(first + out) >= 20
+    assert b"tok/s" in err and b"interrupted" in err
+    assert b"Traceback" not in err
