@@ -1,0 +1,310 @@
+"""How to build llama-cpp-python for this machine, and whether the installed build works.
+
+Stdlib only, no side effects on import: ``scripts/setup`` runs it, ``tests/test_llama_build.py`` imports it.
+
+    python scripts/llama_build.py cmake-args        print the CMAKE_ARGS to build with (a note on stderr)
+    python scripts/llama_build.py describe          one line: what kind of build that is, and why
+    python scripts/llama_build.py installed         exit 0 if llama_cpp imports and is new enough
+    python scripts/llama_build.py check MODEL.gguf  load MODEL and decode in a subprocess: ok or crashed
+
+Why this exists: a default ``pip install llama-cpp-python`` builds llama.cpp with ``GGML_NATIVE=ON``, which
+turns on the CPU's AMX instructions where the compiler sees them, and the first ``llama_decode`` can then
+segfault in ``ggml_backend_amx_mul_mat``. On x86-64 Linux we keep the native build and switch AMX off with
+``-mno-amx-*`` compiler flags (GCC and Clang keep an explicit ``-mno-*`` over ``-march=native``). And since
+pip's wheel cache ignores CMAKE_ARGS, a wheel built earlier with other flags can be reused silently: hence
+``check``, which proves the installed library can decode, in a subprocess so that a crash is reported rather
+than suffered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+LLAMA_CPP_VERSION = "0.3.36"
+AMX_OFF = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+# Exit codes of `check`. setup rebuilds on CRASHED, BROKEN and NO_GPU (a model problem is not the build's).
+OK, CRASHED, BROKEN, NO_GPU, MODEL_PROBLEM = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class PlatformInfo:
+    """The facts about a machine that decide how llama.cpp should be built on it."""
+
+    system: str  # platform.system(): "Linux", "Darwin", "Windows", ...
+    machine: str  # platform.machine(): "x86_64", "AMD64", "arm64", "aarch64", ...
+    has_nvcc: bool = False  # a CUDA compiler is installed
+    has_nvidia_gpu: bool = False  # an NVIDIA driver and device are present (nvcc alone is not enough to run)
+    compiler_knows_amx: bool = True  # the C compiler accepts -mno-amx-tile (if not, it cannot emit AMX)
+    cpu_has_amx: bool = False  # informational: the CPU advertises amx_tile
+    user_cmake_args: str | None = None  # CMAKE_ARGS from the environment: wins over everything
+
+    @property
+    def arch(self) -> str:
+        m = self.machine.lower()
+        if m in ("x86_64", "amd64", "x64"):
+            return "x86_64"
+        if m in ("arm64", "aarch64", "armv8", "armv8l"):
+            return "arm64"
+        return m
+
+
+def choose_cmake_args(info: PlatformInfo) -> str:
+    """The CMAKE_ARGS to build llama-cpp-python with on ``info``'s machine ("" = the default build)."""
+    if info.user_cmake_args is not None and info.user_cmake_args.strip():
+        return info.user_cmake_args.strip()
+    args = []
+    if info.system == "Darwin" and info.arch == "arm64":
+        return "-DGGML_METAL=on"  # Apple Silicon: Metal (llama.cpp's default there, stated explicitly)
+    if info.system == "Linux" and info.has_nvcc and info.has_nvidia_gpu:
+        args.append("-DGGML_CUDA=on")
+    if info.system == "Linux" and info.arch == "x86_64" and info.compiler_knows_amx:
+        args.append(f'-DCMAKE_C_FLAGS="{AMX_OFF}" -DCMAKE_CXX_FLAGS="{AMX_OFF}"')
+    return " ".join(args)
+
+
+def describe(info: PlatformInfo) -> str:
+    """One line for humans: the kind of build chosen and why."""
+    if info.user_cmake_args is not None and info.user_cmake_args.strip():
+        return f"your CMAKE_ARGS ({info.user_cmake_args.strip()}), used as given"
+    args = choose_cmake_args(info)
+    kind = "CUDA" if "GGML_CUDA=on" in args else "Metal" if "GGML_METAL=on" in args else "CPU"
+    notes = []
+    if AMX_OFF in args:
+        notes.append("AMX off" + (" (this CPU has AMX)" if info.cpu_has_amx else ""))
+    if info.system == "Linux" and info.has_nvcc and not info.has_nvidia_gpu:
+        notes.append("nvcc found but no NVIDIA GPU/driver, so no CUDA (CMAKE_ARGS=-DGGML_CUDA=on forces it)")
+    return kind + (f", {'; '.join(notes)}" if notes else "")
+
+
+# --- detection on the real machine --------------------------------------------------------------------------
+
+
+def _find_nvcc() -> bool:
+    if shutil.which("nvcc"):
+        return True
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    return any(r and Path(r, "bin", "nvcc").is_file() for r in roots)
+
+
+def _find_nvidia_gpu() -> bool:
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if Path("/dev/nvidia0").exists() or (gpus.is_dir() and any(gpus.iterdir())):
+        return True
+    smi = shutil.which("nvidia-smi") or ("/usr/lib/wsl/lib/nvidia-smi" if Path("/dev/dxg").exists() else None)
+    if not smi:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def _compiler_knows_amx() -> bool:
+    """Whether the C compiler CMake will use accepts -mno-amx-tile (GCC >= 11, Clang >= 11 do)."""
+    cc = os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+    if not cc:
+        return True  # no compiler to ask: pass the flags; a compiler without AMX support would say so loudly
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "t.c")
+        src.write_text("int main(void) { return 0; }\n")
+        try:
+            out = subprocess.run(
+                [*cc.split(), *AMX_OFF.split(), "-c", str(src), "-o", str(Path(tmp, "t.o"))],
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return True
+    return out.returncode == 0
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def detect() -> PlatformInfo:
+    """The real machine's PlatformInfo (runs `cc` and maybe `nvidia-smi`: a fraction of a second)."""
+    system, machine = platform.system(), platform.machine()
+    linux_x86 = system == "Linux" and machine.lower() in ("x86_64", "amd64")
+    return PlatformInfo(
+        system=system,
+        machine=machine,
+        has_nvcc=system == "Linux" and _find_nvcc(),
+        has_nvidia_gpu=system == "Linux" and _find_nvidia_gpu(),
+        compiler_knows_amx=_compiler_knows_amx() if linux_x86 else False,
+        cpu_has_amx=linux_x86 and _cpu_has_amx(),
+        user_cmake_args=os.environ.get("CMAKE_ARGS"),
+    )
+
+
+# --- is the installed build usable? -------------------------------------------------------------------------
+
+# Runs in a child process: load the model, decode one token, then a batch of 4 (the shape a speculative
+# verification pass has), and check the logits are finite. Prints "ok" and whether GPU offload is compiled in.
+_CHILD = r"""
+import math, os, sys
+import llama_cpp as L
+
+path = sys.argv[1]
+L.llama_backend_init()
+mp = L.llama_model_default_params()
+model = L.llama_model_load_from_file(path.encode(), mp)
+if not model:
+    print("model-load-failed"); sys.exit(4)
+cp = L.llama_context_default_params()
+cp.n_ctx, cp.n_batch, cp.n_ubatch = 64, 8, 8
+cp.n_threads = cp.n_threads_batch = max(1, min(os.cpu_count() or 1, 8))
+ctx = L.llama_init_from_model(model, cp)
+if not ctx:
+    print("context-failed"); sys.exit(2)
+vocab = L.llama_model_get_vocab(model)
+n_vocab = L.llama_vocab_n_tokens(vocab)
+bos = L.llama_vocab_bos(vocab)
+batch = L.llama_batch_init(8, 0, 1)
+for start, n in ((0, 1), (1, 4)):
+    print(f"decoding {n} token(s) at position {start}", file=sys.stderr, flush=True)
+    batch.n_tokens = n
+    for i in range(n):
+        batch.token[i] = bos if start + i == 0 else (1000 + 7 * (start + i)) % n_vocab
+        batch.pos[i] = start + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = 1
+    rc = L.llama_decode(ctx, batch)
+    if rc != 0:
+        print(f"decode-failed rc={rc}"); sys.exit(2)
+    row = L.llama_get_logits_ith(ctx, n - 1)
+    if not all(math.isfinite(row[j]) for j in range(0, n_vocab, 997)):
+        print("non-finite-logits"); sys.exit(2)
+L.llama_batch_free(batch)
+L.llama_free(ctx)
+L.llama_model_free(model)
+print("ok gpu_offload=%d" % int(bool(L.llama_supports_gpu_offload())))
+"""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    code: int  # OK, CRASHED, BROKEN, NO_GPU or MODEL_PROBLEM
+    message: str
+
+
+def check(
+    model: Path, python: str = sys.executable, expect_gpu: bool = False, timeout: float = 300.0
+) -> CheckResult:
+    """Load ``model`` and decode with the llama_cpp that ``python`` imports, in a subprocess."""
+    if not model.is_file():
+        return CheckResult(MODEL_PROBLEM, f"model file not found: {model}")
+    try:
+        proc = subprocess.run(
+            [python, "-c", _CHILD, str(model)], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return CheckResult(BROKEN, f"the smoke decode did not finish within {timeout:.0f} s")
+    tail = "\n".join((proc.stderr or "").strip().splitlines()[-8:])
+    if proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = f"signal {-proc.returncode}"
+        return CheckResult(CRASHED, _crash_explanation(name) + (f"\nlast output:\n{tail}" if tail else ""))
+    out = proc.stdout.strip().splitlines()
+    last = out[-1] if out else ""
+    if proc.returncode == MODEL_PROBLEM:
+        return CheckResult(MODEL_PROBLEM, f"llama.cpp could not load {model}\n{tail}")
+    if proc.returncode != 0 or not last.startswith("ok"):
+        why = f"{last or 'no output'}, exit {proc.returncode}"
+        return CheckResult(BROKEN, f"llama_cpp is installed but not working ({why})\n{tail}")
+    if expect_gpu and last.endswith("gpu_offload=0"):
+        return CheckResult(NO_GPU, "llama_cpp works but has no GPU offload (a CPU wheel from pip's cache?)")
+    return CheckResult(OK, f"ok: loaded {model.name} and decoded 1 + 4 tokens ({last.split()[-1]})")
+
+
+def _crash_explanation(signame: str) -> str:
+    if signame == "SIGSEGV":
+        return (
+            "crashed: SIGSEGV during the smoke decode. The usual cause is llama.cpp's AMX matmul path "
+            "(ggml_backend_amx_mul_mat) in a build made with the CPU's AMX instructions on, e.g. a default "
+            "`pip install llama-cpp-python`, or a wheel reused from pip's cache that was built with other "
+            "CMAKE_ARGS. Fix: rebuild with AMX off (scripts/setup does: --no-cache-dir --force-reinstall)."
+        )
+    if signame == "SIGILL":
+        return (
+            "crashed: SIGILL (illegal instruction) during the smoke decode: this llama.cpp was compiled for "
+            "another CPU (-march=native on a different machine, reused from pip's cache). Fix: rebuild here "
+            "with --no-cache-dir --force-reinstall (scripts/setup does this)."
+        )
+    return f"crashed: {signame} during the smoke decode; rebuilding llama-cpp-python may help."
+
+
+def installed(python: str = sys.executable) -> tuple[bool, str]:
+    """Whether llama_cpp imports under ``python`` with version >= LLAMA_CPP_VERSION (no model needed)."""
+    code = "import llama_cpp; print(llama_cpp.__version__)"
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, str(exc)
+    if proc.returncode != 0:
+        lines = (proc.stderr or "").strip().splitlines()
+        return False, f"llama_cpp does not import: {lines[-1] if lines else f'exit {proc.returncode}'}"
+    version = proc.stdout.strip()
+    if _version_tuple(version) < _version_tuple(LLAMA_CPP_VERSION):
+        return False, f"llama_cpp {version} is older than {LLAMA_CPP_VERSION}"
+    return True, f"llama_cpp {version}"
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) or "0"
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llama_build.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("cmake-args", help="print the CMAKE_ARGS to build llama-cpp-python with on this machine")
+    sub.add_parser("describe", help="print what kind of build that is, and why")
+    p_inst = sub.add_parser("installed", help="exit 0 if llama_cpp imports and is new enough")
+    p_inst.add_argument("--python", default=sys.executable)
+    p_check = sub.add_parser("check", help="load MODEL and decode a token in a subprocess: ok or crashed")
+    p_check.add_argument("model", type=Path)
+    p_check.add_argument("--python", default=sys.executable, help="the interpreter whose llama_cpp to test")
+    p_check.add_argument("--expect-gpu", action="store_true", help="exit 3 if built without GPU offload")
+    args = parser.parse_args(argv)
+
+    if args.command in ("cmake-args", "describe"):
+        info = detect()
+        if args.command == "describe":
+            print(describe(info))
+        else:
+            if info.user_cmake_args is not None and info.user_cmake_args.strip():
+                print("llama_build: CMAKE_ARGS is set in the environment; using it as given", file=sys.stderr)
+            print(choose_cmake_args(info))
+        return 0
+    if args.command == "installed":
+        ok, message = installed(args.python)
+        print(message, file=sys.stderr)
+        return 0 if ok else 1
+    result = check(args.model, python=args.python, expect_gpu=args.expect_gpu)
+    print(result.message, file=sys.stdout if result.code == OK else sys.stderr)
+    return result.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

