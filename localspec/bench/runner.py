@@ -1,0 +1,185 @@
+"""Runs a benchmark: one loaded target, every (prompt, drafter) pair, interleaved across repeats.
+
+Order matters for fair numbers on a real machine, whose speed drifts (thermal throttling, other processes):
+repeats are the outer loop and, within one, each prompt's drafters run back to back, so drift hits every drafter
+of a prompt alike, and an interrupted run has already measured every pair once. The drafter order rotates from
+one repeat to the next so that no drafter always runs first after a prompt change.
+Each run starts from an empty KV cache and a fresh adaptive chooser, so no run inherits another's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from localspec.bench import anchors as anchor_names
+from localspec.bench.compare import BASELINE, Divergence, annotate, logit_gap
+from localspec.bench.records import RunRecord
+from localspec.bench.suite import BenchPrompt, Suite
+from localspec.errors import UserError
+from localspec.events import Finished, Step
+from localspec.settings import DRAFTERS, GenerationSettings
+from localspec.speculative.adaptive import AdaptiveK
+
+if TYPE_CHECKING:
+    from localspec.runtime import Runtime
+
+WARMUP_TOKENS = 8  # per drafter, before anything is timed: opens drafters, faults in weights, sizes buffers
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    repeat: int
+    prompt_index: int
+    drafter: str
+
+
+def schedule(n_prompts: int, drafters: Sequence[str], repeat: int) -> list[Job]:
+    """The run order: repeat-major, then prompt, then drafter (rotated by one each repeat)."""
+    jobs: list[Job] = []
+    for r in range(repeat):
+        shift = r % len(drafters) if drafters else 0
+        order = [*drafters[shift:], *drafters[:shift]]
+        for p in range(n_prompts):
+            jobs.extend(Job(r, p, d) for d in order)
+    return jobs
+
+
+def parse_drafters(spec: str, *, draft_model: str | None, anchors: bool) -> list[str]:
+    """``--drafters a,b,c`` → names, validated; the target-only baseline is always measured, first."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise UserError("--drafters is empty: give a comma-separated list, e.g. none,ngram,auto")
+    for n in names:
+        if n not in DRAFTERS:
+            raise UserError(f"unknown drafter {n!r} in --drafters: choose from {', '.join(DRAFTERS)}")
+    if "draft" in names and not draft_model:
+        raise UserError("--drafters includes 'draft' but no draft model was given: pass --draft NAME|PATH")
+    ordered = [BASELINE, *(n for n in dict.fromkeys(names) if n != BASELINE)]
+    return ordered + (list(anchor_names.NAMES) if anchors else [])
+
+
+@dataclass
+class Outcome:
+    records: list[RunRecord] = field(default_factory=list)
+    interrupted: bool = False
+    planned: int = 0
+
+
+Progress = Callable[[int, int, Job | None, str], None]
+"""(done, total, job about to run or None when finished, what it is) → None."""
+
+
+class Bench:
+    """Drives a :class:`localspec.runtime.Runtime` (and optionally the anchors) through a suite."""
+
+    def __init__(self, rt: Runtime, suite: Suite, drafters: Sequence[str], repeat: int,
+                 anchors: anchor_names.Anchors | None = None) -> None:
+        self.rt = rt
+        self.suite = suite
+        self.drafters = list(drafters)
+        self.repeat = repeat
+        self.anchors = anchors
+        self._tokens: dict[str, list[int]] = {}
+
+    def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
+        if prompt.id not in self._tokens:
+            self._tokens[prompt.id] = self.rt.prompt_tokens(prompt.prompt)
+        return self._tokens[prompt.id]
+
+    def warm_up(self, progress: Progress | None = None) -> None:
+        """One short untimed generation per drafter: opens each drafter now, so that an incompatible draft model
+        fails before any measurement, and so that first-use costs land in no measurement."""
+        first = self.suite.prompts[0]
+        for i, drafter in enumerate(self.drafters):
+            if progress:
+                progress(i, len(self.drafters), None, f"warming up {drafter}")
+            self._run_one(first, drafter, -1, WARMUP_TOKENS)
+
+    def run(self, progress: Progress | None = None) -> Outcome:
+        jobs = schedule(len(self.suite.prompts), self.drafters, self.repeat)
+        out = Outcome(planned=len(jobs))
+        try:
+            for i, job in enumerate(jobs):
+                prompt = self.suite.prompts[job.prompt_index]
+                if progress:
+                    progress(i, len(jobs), job, f"{prompt.id} · {job.drafter} · repeat {job.repeat + 1}/{self.repeat}")
+                record = self._run_one(prompt, job.drafter, job.repeat, prompt.max_tokens)
+                if record is None:  # Ctrl-C inside the generation loop: the run is incomplete, drop it
+                    out.interrupted = True
+                    break
+                out.records.append(record)
+            if progress and not out.interrupted:
+                progress(len(jobs), len(jobs), None, "done")
+        except KeyboardInterrupt:
+            out.interrupted = True
+        return out
+
+    def check(self, records: list[RunRecord]) -> None:
+        """Compare every run with its baseline, measuring logit gaps at divergences with the target model."""
+        try:
+            annotate(records, self._gap)
+        except KeyboardInterrupt:
+            annotate(records)  # a second Ctrl-C: report divergences unclassified rather than not at all
+
+    def _run_one(self, prompt: BenchPrompt, drafter: str, repeat: int, max_tokens: int) -> RunRecord | None:
+        if drafter in anchor_names.NAMES:
+            assert self.anchors is not None
+            a = self.anchors.run(drafter, prompt.prompt, max_tokens)
+            retokenized = self.rt.model.vocab.tokenize(a.text, add_special=False, parse_special=False)
+            return RunRecord(prompt.id, prompt.category, drafter, repeat, retokenized, a.text, a.generated_tokens,
+                             a.decode_seconds, a.tokens_per_second, stop_reason=a.stop_reason, anchor=True)
+        rt = self.rt
+        rt.set_drafter(drafter)
+        self._fresh_chooser()
+        rt.context.clear()  # each run prefills its prompt from scratch, the same way (batching moves logits)
+        tokens: list[int] = []
+        pieces: list[str] = []
+        finished: Finished | None = None
+        for event in rt.generator.generate(self.prompt_tokens(prompt), GenerationSettings(max_tokens=max_tokens)):
+            if isinstance(event, Step):
+                for t in event.emitted:
+                    tokens.append(t.id)
+                    pieces.append(t.text)
+            elif isinstance(event, Finished):
+                finished = event
+        assert finished is not None
+        if finished.reason == "interrupted":
+            return None
+        s = finished.stats
+        drafted = drafter != BASELINE
+        return RunRecord(
+            prompt.id, prompt.category, drafter, repeat, tokens, "".join(pieces) + finished.tail,
+            s.generated_tokens, s.decode_seconds, s.tokens_per_second,
+            s.acceptance_rate if drafted else None, s.mean_accepted_length if drafted else None, s.stop_reason,
+        )
+
+    def _fresh_chooser(self) -> None:
+        # The adaptive chooser learns acceptance and costs across generations; a per-drafter measurement must not
+        # inherit what an earlier run (or another drafter) taught it. Re-initialise it in place rather than
+        # replacing it: the auto drafter holds a reference to the same object.
+        chooser = self.rt.generator.chooser
+        reset = getattr(chooser, "reset", None)
+        if callable(reset):
+            reset()
+        else:
+            AdaptiveK.__init__(chooser, k_max=chooser.k_max, fixed=chooser.fixed)
+
+    def _gap(self, baseline: RunRecord, run: RunRecord, div: Divergence) -> float | None:
+        """Re-decode prompt + the common prefix in one batch and compare the two candidates' logits."""
+        eos = self.rt.model.vocab.eos
+        # a side that ended at this position ended on end-of-generation (budgets are equal): compare with EOS
+        a = div.baseline_token if div.baseline_token is not None else (eos if baseline.stop_reason == "eog" else None)
+        b = div.token if div.token is not None else (eos if run.stop_reason == "eog" else None)
+        if a is None or b is None:
+            return None
+        prompt = self._tokens.get(baseline.prompt_id)
+        if prompt is None:
+            return None
+        ctx = self.rt.context
+        ctx.clear()
+        row = ctx.decode([*prompt, *baseline.tokens[: div.position]])[-1]
+        gap = logit_gap(row, a, b)
+        ctx.clear()
+        return gap

@@ -1,0 +1,190 @@
+"""`localspec bench`: what speculative decoding buys on *your* model, prompts and machine, with the lossless check.
+
+The report (table, or --json) goes to stdout; progress, notices and warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from localspec.cli import app, fail, user_errors
+from localspec.cli.options import CtxOpt, DraftOpt, ExitLayerOpt, GpuLayersOpt, KOpt, ModelOpt, ThreadsOpt, VerboseOpt
+from localspec.errors import UserError
+
+if TYPE_CHECKING:
+    from localspec.bench.report import Report
+    from localspec.bench.runner import Bench, Job, Outcome
+
+DEFAULT_DRAFTERS = "none,ngram,auto"  # plus `draft` when --draft is given; early-exit on request (it builds a file)
+
+
+@app.command()
+def bench(
+    suite: Annotated[Path | None, typer.Option(
+        "--suite", "-s", help="JSONL file of {id, category, prompt, max_tokens?} rows. Default: the built-in suite "
+        "(grounded copy/extract/edit, code, chat, creative).")] = None,
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    drafters: Annotated[str | None, typer.Option(
+        "--drafters", help="Comma-separated drafters to compare: none, ngram, draft, early-exit, auto. Default: "
+        f"{DEFAULT_DRAFTERS} (+ draft when --draft is given). Target-only (none) is always measured.")] = None,
+    repeat: Annotated[int, typer.Option("--repeat", "-r", help="Runs of every (prompt, drafter); medians are "
+                                        "reported.")] = 3,
+    max_tokens: Annotated[int | None, typer.Option(
+        "--max-tokens", "-n", help="Tokens per prompt, overriding the suite's max_tokens.")] = None,
+    k: KOpt = None,
+    exit_layer: ExitLayerOpt = None,
+    anchors: Annotated[bool, typer.Option(
+        "--anchors", help="Also time llama-cpp-python's Llama.create_completion, plain and with "
+        "LlamaPromptLookupDecoding, on the same prompts.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Directory for bench.json, bench.md and bench.png (the chart needs matplotlib: "
+        "pip install 'localspec[plot]').")] = None,
+    ctx: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: GpuLayersOpt = 0,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Benchmark drafters on a suite of prompts: tok/s, speedup, acceptance, and a lossless check of every run.
+
+    Every (prompt, drafter) pair runs interleaved across repeats on one loaded model.
+
+    Every greedy output is checked against target-only output; a divergence is classified as a near-tie or not.
+
+    Examples:
+
+      localspec bench --repeat 1 --max-tokens 64
+
+      localspec bench --suite my_prompts.jsonl --drafters none,ngram --json
+
+      localspec bench --anchors --out results/
+    """
+    from localspec.bench import report as rep
+    from localspec.bench.runner import Bench, parse_drafters, schedule
+    from localspec.bench.suite import load_suite
+    from localspec.engine import library_version
+    from localspec.runtime import Runtime
+    from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
+
+    err = Console(stderr=True)
+    with user_errors():
+        # everything a user can get wrong is checked before a model is loaded
+        if repeat < 1:
+            raise UserError(f"--repeat must be at least 1, got {repeat}")
+        if max_tokens is not None and max_tokens < 1:
+            raise UserError(f"--max-tokens must be a positive number, got {max_tokens}")
+        spec = drafters if drafters is not None else DEFAULT_DRAFTERS + (",draft" if draft else "")
+        names = parse_drafters(spec, draft_model=draft, anchors=anchors)
+        the_suite = load_suite(suite).with_max_tokens(max_tokens)
+        runtime = RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers, verbose=verbose)
+        speculation = SpeculationSettings(drafter="none", draft_model=draft, k=k, exit_layer=exit_layer)
+        for part in (runtime, speculation):
+            part.validate()
+        command = _command(suite, model, draft, drafters, repeat, max_tokens, k, exit_layer, anchors, out)
+
+        with Runtime.open(model, runtime, speculation, SamplingSettings()) as rt:
+            for notice in rt.notices:
+                _note(f"localspec: {notice}")
+            anchor_set = None
+            if anchors:
+                from localspec.bench.anchors import Anchors
+
+                anchor_set = Anchors(rt.model.path, n_ctx=rt.context.n_ctx, n_threads=runtime.threads(),
+                                     n_gpu_layers=gpu_layers)
+            try:
+                runner = Bench(rt, the_suite, names, repeat, anchor_set)
+                jobs = schedule(len(the_suite.prompts), names, repeat)
+                outcome = _run_with_progress(runner, jobs, err)
+                runner.check(outcome.records)
+            finally:
+                if anchor_set is not None:
+                    anchor_set.close()
+            report = rep.build_report(
+                outcome.records, model=rt.model_name,
+                machine=rep.machine_info(runtime.threads(), gpu_layers, library_version()),
+                suite=the_suite.name, command=command, drafters=names, repeat=repeat,
+                categories=the_suite.categories, interrupted=outcome.interrupted, planned_runs=outcome.planned,
+            )
+
+        _print_report(report, as_json, err)
+        if out is not None:
+            files, warning = rep.write_outputs(report, out)
+            if warning:
+                _note(f"localspec: {warning}; {', '.join(str(f) for f in files)} written")
+            else:
+                _note(f"localspec: wrote {', '.join(str(f) for f in files)}")
+    if outcome.interrupted:
+        raise fail(f"interrupted: the report covers the {len(outcome.records)} of {outcome.planned} runs "
+                   "that finished", 130)
+
+
+def _run_with_progress(runner: Bench, jobs: list[Job], err: Console) -> Outcome:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from localspec.bench.runner import Outcome
+    # the bar advances by each run's token budget, not by run count: a 200-token run takes longer than a 50
+    budget = [runner.suite.prompts[j.prompt_index].max_tokens for j in jobs]
+    done_before = [sum(budget[:i]) for i in range(len(jobs) + 1)]
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[runs]}"),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
+                  transient=True) as progress:
+        warm = progress.add_task("warming up", total=len(runner.drafters), runs="")
+
+        def on_warmup(done: int, total: int, job: Job | None, what: str) -> None:
+            progress.update(warm, completed=done, description=what)
+
+        try:
+            runner.warm_up(on_warmup)
+        except KeyboardInterrupt:
+            return Outcome(interrupted=True, planned=len(jobs))
+        progress.remove_task(warm)
+        task = progress.add_task("measuring", total=done_before[-1], runs=f"0/{len(jobs)} runs")
+
+        def on_job(done: int, total: int, job: Job | None, what: str) -> None:
+            progress.update(task, completed=done_before[done], description=what, runs=f"{done}/{total} runs")
+
+        outcome = runner.run(on_job)
+    return outcome
+
+
+def _print_report(report: Report, as_json: bool, err: Console) -> None:
+    from localspec.bench import report as rep
+    if as_json:
+        sys.stdout.write(json.dumps(rep.to_json(report), ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        console = err  # the table is still useful to a person; stdout stays pure JSON
+    else:
+        # when stdout is a file or a pipe rich assumes 80 columns; the table needs more to stay one line per row
+        console = Console() if sys.stdout.isatty() else Console(width=140)
+    console.print(rep.render_table(report))
+    for line in rep.divergence_lines(report):
+        console.print(f"  {line}", highlight=False, markup=False)
+    if any(d.near_tie is False for _, _, d in report.divergences()):
+        _note(f"localspec: warning: some output differs from target-only beyond the {rep.NEAR_TIE_MARGIN}-logit "
+              "noise margin: that is not a numerical near-tie (please report it)")
+
+
+def _note(line: str) -> None:
+    print(line, file=sys.stderr)  # plain, not rich: messages are never wrapped or styled
+
+
+def _command(suite: Path | None, model: str | None, draft: str | None, drafters: str | None, repeat: int,
+             max_tokens: int | None, k: int | None, exit_layer: int | None, anchors: bool, out: Path | None) -> str:
+    """The command line that reproduces this run (recorded in the report), from the options that were given."""
+    parts = ["localspec", "bench"]
+    for flag, value in (("--suite", suite), ("--model", model), ("--draft", draft), ("--drafters", drafters),
+                        ("--repeat", repeat), ("--max-tokens", max_tokens), ("--k", k), ("--exit-layer", exit_layer),
+                        ("--out", out)):
+        if value is not None:
+            parts += [flag, shlex.quote(str(value))]
+    if anchors:
+        parts.append("--anchors")
+    return " ".join(parts)

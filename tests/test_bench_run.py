@@ -1,0 +1,97 @@
+"""The runner: interleaving order, drafter validation, bad input at the CLI, and a tiny real benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from localspec.bench.runner import Job, parse_drafters, schedule
+from localspec.cli import app
+from localspec.errors import UserError
+
+
+def test_schedule_is_repeat_major_prompt_then_rotated_drafters() -> None:
+    jobs = schedule(2, ["none", "ngram", "auto"], 3)
+    assert len(jobs) == 2 * 3 * 3
+    assert jobs[:6] == [Job(0, 0, "none"), Job(0, 0, "ngram"), Job(0, 0, "auto"),
+                        Job(0, 1, "none"), Job(0, 1, "ngram"), Job(0, 1, "auto")]
+    # the next repeat starts only when every (prompt, drafter) pair has run once, its drafter order rotated
+    assert [j.drafter for j in jobs[6:9]] == ["ngram", "auto", "none"]
+    assert [j.drafter for j in jobs[12:15]] == ["auto", "none", "ngram"]
+    for r in range(3):
+        block = jobs[6 * r : 6 * (r + 1)]
+        assert {j.repeat for j in block} == {r}
+        pairs = {(p, d) for p in (0, 1) for d in ("none", "ngram", "auto")}
+        assert {(j.prompt_index, j.drafter) for j in block} == pairs
+    # within a repeat, a prompt's drafters run back to back
+    assert [j.prompt_index for j in jobs[:6]] == [0, 0, 0, 1, 1, 1]
+
+
+def test_parse_drafters() -> None:
+    assert parse_drafters("ngram, auto", draft_model=None, anchors=False) == ["none", "ngram", "auto"]
+    assert parse_drafters("auto,none,auto", draft_model=None, anchors=True) == [
+        "none", "auto", "anchor:create_completion", "anchor:prompt-lookup"]
+    with pytest.raises(UserError, match="unknown drafter 'fast'"):
+        parse_drafters("none,fast", draft_model=None, anchors=False)
+    with pytest.raises(UserError, match="pass --draft"):
+        parse_drafters("draft", draft_model=None, anchors=False)
+    with pytest.raises(UserError, match="empty"):
+        parse_drafters(" , ", draft_model=None, anchors=False)
+
+
+def _suite(tmp_path: Path, text: str, name: str = "suite.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--drafters", "none,warp"], "unknown drafter 'warp'"),
+        (["--suite", "{missing}"], "suite file not found"),
+        (["--suite", "{bad}"], "suite.jsonl:2: not valid JSON"),
+        (["--suite", "{empty}"], "the suite is empty"),
+        (["--repeat", "0"], "--repeat must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    good = '{"id": "a", "category": "c", "prompt": "x"}\n'
+    paths = {"missing": str(tmp_path / "none.jsonl"), "bad": str(_suite(tmp_path, good + "{oops\n")),
+             "empty": str(_suite(tmp_path, "\n", "empty.jsonl"))}
+    result = CliRunner().invoke(app, ["bench", *(a.format(**paths) for a in args)])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    suite = _suite(tmp_path, "\n".join(json.dumps(row) for row in [
+        {"id": "copy", "category": "grounded", "max_tokens": 16,
+         "prompt": "Copy exactly: the red fox jumps over the lazy dog.\nCopy: the red fox"},
+        {"id": "ask", "category": "chat", "max_tokens": 16, "prompt": "Question: Why is the sky blue?\nAnswer:"},
+    ]) + "\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none,ngram", "--repeat", "1",
+                                      "--ctx", "512", "--json", "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["model"] and set(doc["machine"]) == {"cpu", "threads", "gpu_layers", "llama_cpp_version"}
+    assert {(r["prompt_id"], r["drafter"]) for r in doc["results"]} == {
+        (p, d) for p in ("copy", "ask") for d in ("none", "ngram")}
+    for r in doc["results"]:
+        assert r["tokens_per_second"] > 0 and r["speedup"] > 0
+        assert isinstance(r["identical_to_baseline"], bool)
+        # a divergence is allowed only as a classified near-tie (NOTES.md, "Numerics")
+        assert all(d["near_tie"] is not None for d in r["divergences"])
+    assert set(doc["summary"]["ngram"]) == {"grounded", "chat"}
+    assert set(doc["summary"]["ngram"]["chat"]) == {"median_speedup", "median_tokens_per_second"}
+    assert json.loads((out / "bench.json").read_text())["results"] == doc["results"]
+    assert "| grounded | ngram |" in (out / "bench.md").read_text()
+    assert matplotlib.image.imread(out / "bench.png").ndim == 3
