@@ -1,0 +1,312 @@
+"""Widgets of the chat app: the transcript, the answer being written (styled per token), stats, legend, help.
+
+The answer grows in a ``Static`` holding a ``Content`` built from runs of equally styled text: ``RichLog`` only
+appends whole lines, and one widget per token would make layout cost grow with the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Sparkline, Static
+
+from localspec.events import Stats, Step
+
+# Styles are theme variables, resolved by Textual when the Content renders, so the colours follow the theme.
+ACCEPTED_STYLE = "$text-success"
+TARGET_STYLE = ""
+GHOST_STYLE = "dim strike $text-error"
+STYLE_BY_KIND = {"draft": ACCEPTED_STYLE, "target": TARGET_STYLE, "ghost": GHOST_STYLE}
+
+GHOST_SECONDS = 1.2  # how long rejected drafts stay on screen: long enough to see, short enough not to clutter
+
+
+@dataclass
+class Run:
+    """Consecutive text of one kind (draft | target | ghost); ghosts carry the time they disappear."""
+
+    text: str
+    kind: str
+    expires: float = 0.0
+
+
+class AnswerView(Static):
+    """The assistant's answer, token by token: accepted drafts coloured, the target's own tokens plain,
+    rejected drafts as short-lived struck-through ghosts at the point where they were rejected."""
+
+    def __init__(self, *, show_ghosts: bool = True, ghost_seconds: float = GHOST_SECONDS) -> None:
+        super().__init__("", classes="answer", markup=False)
+        self.runs: list[Run] = []
+        self.show_ghosts = show_ghosts
+        self.ghost_seconds = ghost_seconds
+        self._dirty = False
+
+    @property
+    def text(self) -> str:
+        """The answer's text so far (what the model wrote; ghosts excluded)."""
+        return "".join(r.text for r in self.runs if r.kind != "ghost")
+
+    def _append(self, text: str, kind: str) -> None:
+        if not text:
+            return
+        if self.runs and self.runs[-1].kind == kind and kind != "ghost":
+            self.runs[-1].text += text
+        else:
+            self.runs.append(Run(text, kind))
+        self._dirty = True
+
+    def add_step(self, step: Step, now: float) -> None:
+        for token in step.accepted:
+            self._append(token.text, "draft")
+        if step.rejected and self.show_ghosts:
+            ghost = "".join(t.text for t in step.rejected)
+            if ghost:
+                self.runs.append(Run(ghost, "ghost", now + self.ghost_seconds))
+                self._dirty = True
+        if step.target is not None:
+            self._append(step.target.text, "target")
+
+    def add_text(self, text: str, kind: str = "target") -> None:
+        self._append(text, kind)
+
+    def drop_ghosts(self, now: float | None = None) -> None:
+        """Remove ghosts that have had their time (all of them when ``now`` is None)."""
+        keep = [r for r in self.runs if r.kind != "ghost" or (now is not None and r.expires > now)]
+        if len(keep) != len(self.runs):
+            # neighbours of the same kind that a ghost separated become one run again
+            merged: list[Run] = []
+            for run in keep:
+                if merged and merged[-1].kind == run.kind and run.kind != "ghost":
+                    merged[-1].text += run.text
+                else:
+                    merged.append(run)
+            self.runs = merged
+            self._dirty = True
+
+    def content(self) -> Content:
+        return Content.assemble(*((r.text, STYLE_BY_KIND[r.kind]) for r in self.runs))
+
+    def repaint(self, *, force: bool = False) -> bool:
+        """Push the runs to the screen if they changed since the last repaint; True if they did."""
+        if not (self._dirty or force):
+            return False
+        self._dirty = False
+        self.update(self.content() if self.runs else Content.styled("…", "dim"))
+        return True
+
+
+class PromptInput(Input):
+    """The message box. While it is empty, `?` is left to the app (it opens the help); otherwise it is text."""
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        if character == "?" and not self.value:
+            return False
+        return super().check_consume_key(key, character)
+
+
+class Transcript(VerticalScroll):
+    """The scrolling conversation: user turns, answers, and notices."""
+
+    can_focus = False  # the input keeps the focus; the mouse wheel still scrolls
+
+    def on_mount(self) -> None:
+        # stay at the bottom as answers grow, until the user scrolls up to read
+        self.anchor()
+
+    def add_user(self, text: str) -> Static:
+        widget = Static(Content(text), classes="user")
+        widget.border_title = "You"
+        self.mount(widget)
+        return widget
+
+    def start_answer(self, *, show_ghosts: bool, title: str) -> AnswerView:
+        view = AnswerView(show_ghosts=show_ghosts)
+        view.border_title = title
+        self.mount(view)
+        return view
+
+    def add_notice(self, text: str, *, severity: str = "information") -> Static:
+        widget = Static(Content(text), classes=f"notice {severity}")
+        self.mount(widget)
+        return widget
+
+
+class StatsPanel(Vertical):
+    """Live numbers of the answer being written, and the estimated speedup once it is done."""
+
+    HISTORY = 60  # target passes shown in the sparkline
+
+    def compose(self) -> ComposeResult:
+        yield Static("Speculation", classes="panel-title")
+        yield Static(id="drafter")
+        yield Static(id="rates")
+        yield Label("accepted length per pass", classes="caption")
+        yield Sparkline([], id="spark")
+        yield Label("acceptance by draft position", classes="caption")
+        yield Static(id="positions")
+        yield Static(id="speedup")
+
+    def on_mount(self) -> None:
+        self.lengths: deque[float] = deque(maxlen=self.HISTORY)
+        self.show_drafter("auto", None)
+        self.show_stats(None, 0.0)
+        self.show_speedup(None)
+
+    def show_drafter(self, drafter: str, k: int | None, *, pending: str | None = None) -> None:
+        text = f"drafter  {drafter}" + (f"   k {k}" if k is not None else "")
+        if pending is not None and pending != drafter:
+            text += f"\nnext     {pending}"
+        self.query_one("#drafter", Static).update(Content(text))
+
+    def reset(self) -> None:
+        self.lengths.clear()
+        self.query_one("#spark", Sparkline).data = []
+        self.show_stats(None, 0.0)
+        self.show_speedup(None)
+
+    def add_lengths(self, steps: list[Step]) -> None:
+        self.lengths.extend(len(s.emitted) for s in steps)
+        self.query_one("#spark", Sparkline).data = list(self.lengths)
+
+    def show_stats(self, stats: Stats | None, seconds: float) -> None:
+        if stats is None or stats.target_passes == 0:
+            rates = "tok/s    —\naccept   —\nlength   —"
+            positions = Content.styled("—", "dim")
+        else:
+            tps = stats.generated_tokens / seconds if seconds > 0 else 0.0
+            accept = f"{stats.acceptance_rate:.0%}" if stats.drafted else "—"
+            rates = (
+                f"tok/s    {tps:.1f}\n"
+                f"accept   {accept}  ({stats.accepted}/{stats.drafted})\n"
+                f"length   {stats.mean_accepted_length:.2f} tokens/pass"
+            )
+            positions = position_bars(stats.accepted_by_position)
+        self.query_one("#rates", Static).update(Content(rates))
+        self.query_one("#positions", Static).update(positions)
+
+    def show_speedup(self, speedup: float | None, detail: str = "") -> None:
+        if speedup is None:
+            text = Content.styled(detail or "speedup  — (after an answer)", "dim")
+        else:
+            text = Content.assemble(
+                ("speedup  ", ""), (f"{speedup:.2f}×", "bold"), (f" vs target-only\n{detail}", "dim")
+            )
+        self.query_one("#speedup", Static).update(text)
+
+
+def position_bars(accepted_by_position: list[list[int]], *, rows: int = 6, width: int = 12) -> Content:
+    """One bar per draft position: the share of drafts at that position the target accepted."""
+    lines: list[Content] = []
+    for i, (accepted, drafted) in enumerate(accepted_by_position[:rows]):
+        share = accepted / drafted if drafted else 0.0
+        filled = round(share * width)
+        lines.append(
+            Content.assemble(
+                (f"{i + 1:>2} ", "dim"),
+                ("█" * filled, ACCEPTED_STYLE),
+                ("░" * (width - filled), "dim"),
+                (f" {share:>4.0%}", ""),
+            )
+        )
+    if len(accepted_by_position) > rows:
+        lines.append(Content.styled(f"   … {len(accepted_by_position) - rows} more", "dim"))
+    return Content("\n").join(lines) if lines else Content.styled("—", "dim")
+
+
+class Legend(Static):
+    """What the colours in an answer mean."""
+
+    def __init__(self) -> None:
+        super().__init__(self.build(True), id="legend")
+
+    @staticmethod
+    def build(ghosts: bool) -> Content:
+        # one short line per colour: the side panel is narrow
+        return Content.assemble(
+            ("Legend\n", "bold"),
+            ("accepted", ACCEPTED_STYLE), ("  drafted, target agreed\n", "dim"),
+            ("produced", TARGET_STYLE), ("  the target's own token\n", "dim"),
+            ("rejected", GHOST_STYLE), (f"  refused draft ({'shown' if ghosts else 'hidden'})", "dim"),
+        )
+
+    def set_ghosts(self, ghosts: bool) -> None:
+        self.update(self.build(ghosts))
+
+
+HELP_TEXT = """\
+Type a message and press Enter. The answer streams in as the target model accepts tokens.
+
+Colours: green tokens came from the drafter and the target accepted them; plain tokens the target wrote
+itself; dim struck-through text (briefly) is a draft the target rejected, shown where it was rejected.
+
+Keys
+  Enter    send the message
+  Esc      stop the answer being written (what is there stays)
+  F2       next drafter for the next answer: none → ngram → draft → early-exit → auto
+  Ctrl+G   show / hide rejected drafts
+  Ctrl+L   clear the conversation (and start a fresh context)
+  Ctrl+S   save the transcript as Markdown
+  F1 / ?   this help (? when the input is empty)
+  Ctrl+Q   quit
+
+Stats: tok/s counts generated tokens over decoding time; acceptance is accepted / drafted tokens; length is
+tokens gained per target pass (1.0 = plain decoding). After an answer, the speedup estimates how much longer
+target-only decoding would have taken, from the measured cost of one plain step.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and colours, over the chat."""
+
+    BINDINGS = [Binding("escape,f1,question_mark,q", "dismiss_help", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help-box"):
+            yield Static(Content("localspec chat — help"), classes="panel-title")
+            yield Static(Content(HELP_TEXT), id="help-text")
+            yield Button("Close (Esc)", id="help-close", variant="primary")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None)
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss(None)
+
+
+class ContextFullScreen(ModalScreen[str]):
+    """The conversation no longer fits the context: start over, drop the oldest turns, or keep it as it is."""
+
+    BINDINGS = [
+        Binding("s", "choose('start-over')", "Start over"),
+        Binding("d", "choose('drop-oldest')", "Drop oldest turns"),
+        Binding("escape", "choose('keep')", "Keep"),
+    ]
+
+    def __init__(self, detail: str) -> None:
+        super().__init__()
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="full-box"):
+            yield Static(Content("The context is full"), classes="panel-title")
+            yield Static(Content(self.detail))
+            yield Button("Start over (s)", id="start-over", variant="warning")
+            yield Button("Drop the oldest turns (d)", id="drop-oldest", variant="primary")
+            yield Button("Keep the conversation (Esc)", id="keep")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id or "keep")
+
+    def action_choose(self, choice: str) -> None:
+        self.dismiss(choice)
+
+
+def now() -> float:
+    return time.perf_counter()

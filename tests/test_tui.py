@@ -1,0 +1,335 @@
+"""The chat app, driven through Textual's Pilot with the real embedded model (no mocks).
+
+Answers are greedy and short (≤ 48 tokens) so each test costs a model load (~1 s) and a few seconds of decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.pilot import Pilot  # noqa: E402
+from textual.widgets import Sparkline, Static  # noqa: E402
+
+from localspec.cli.options import Options, build_options  # noqa: E402
+from localspec.events import Finished  # noqa: E402
+from localspec.tui.app import ChatApp  # noqa: E402
+from localspec.tui.conversation import Conversation  # noqa: E402
+from localspec.tui.widgets import (  # noqa: E402
+    ACCEPTED_STYLE,
+    GHOST_STYLE,
+    AnswerView,
+    ContextFullScreen,
+    HelpScreen,
+    StatsPanel,
+)
+
+# Repetition the n-gram drafter can draft from: its drafts get accepted, so accepted-draft styling shows up.
+REPEAT_PROMPT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
+SIZE = (110, 36)
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The embedded default model (assembled once into localspec's usual home; later calls cost a stat)."""
+    from localspec.errors import UserError
+    from localspec.hub import ensure_default_model
+
+    try:
+        return ensure_default_model(progress=False)
+    except UserError as exc:
+        pytest.skip(f"the embedded model is not available: {exc}")
+
+
+def options(model: Path | str, **overrides: Any) -> Options:
+    settings: dict[str, Any] = dict(
+        model=str(model), profile=None, drafter="ngram", draft=None, k=4, exit_layer=None, p_min=0.0,
+        max_tokens=40, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=0, stop=None, ctx=2048,
+        threads=None, gpu_layers=0, verbose=False,
+    )  # fmt: skip
+    settings.update(overrides)
+    return build_options(**settings)
+
+
+async def until(pilot: Pilot[Any], condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Let the app run until ``condition`` holds (the worker thread decodes meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for the app")
+        await pilot.pause(0.05)
+
+
+async def ask(pilot: Pilot[ChatApp], text: str) -> Finished:
+    """Type a message as a person would, send it with Enter, and wait for the answer to finish."""
+    app = pilot.app
+    await until(pilot, lambda: app.ready)
+    before = app.last_finished
+    await pilot.press(*text)
+    await pilot.press("enter")
+    await until(pilot, lambda: app.last_finished is not before and not app.busy)
+    assert app.last_finished is not None
+    return app.last_finished
+
+
+def test_answer_streams_with_accepted_drafts_styled(model_path: Path) -> None:
+    async def scenario() -> None:
+        app = ChatApp(options(model_path))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.ready)
+            assert "built-in 'gemma'" in app.sub_title  # the model has no template: the header says so
+            finished = await ask(pilot, REPEAT_PROMPT)
+            answer = app.query(AnswerView).last()
+
+            # the transcript holds the question and the generated text, and so does the conversation
+            assert app.query(".user").last().render().plain == REPEAT_PROMPT  # type: ignore[union-attr]
+            steps = app.answer_steps
+            generated = "".join(t.text for s in steps for t in s.emitted) + finished.tail
+            assert answer.text == generated and generated.strip()
+            assert app.conversation.turns[-1].role == "assistant"
+            assert app.conversation.turns[-1].text == generated
+            assert finished.stats.generated_tokens == sum(len(s.emitted) for s in steps)
+
+            # accepted draft tokens carry the accepted style, the target's own tokens do not
+            accepted_text = "".join(t.text for s in steps for t in s.accepted)
+            assert accepted_text, "the n-gram drafter should have had drafts accepted on a repeating prompt"
+            content = answer.content()
+            styled = "".join(content.plain[sp.start:sp.end] for sp in content.spans if sp.style == ACCEPTED_STYLE)
+            assert styled == accepted_text
+            # ghosts are gone once the answer is done
+            assert not [sp for sp in content.spans if sp.style == GHOST_STYLE]
+            assert all(r.kind != "ghost" for r in answer.runs)
+
+            # the stats panel has the answer's numbers and a speedup estimate
+            panel = app.query_one(StatsPanel)
+            assert "tok/s" in str(panel.query_one("#rates", Static).render())
+            assert list(panel.query_one("#spark", Sparkline).data or []) == [len(s.emitted) for s in steps]
+            assert app.last_speedup is not None and app.last_speedup > 0
+
+            # lossless: the same conversation decoded by the target alone gives the same text
+            rt = app.rt
+            assert rt is not None
+            rt.set_drafter("none")
+            tokens = app._tokens(app.conversation.messages()[:-1])
+            plain = ""
+            for event in rt.generator.generate(tokens, app.options.generation):
+                if isinstance(event, Finished):
+                    plain += event.tail
+                elif hasattr(event, "emitted"):
+                    plain += "".join(t.text for t in event.emitted)
+            assert plain == generated
+
+    asyncio.run(scenario())
+
+
+def test_ghosts_appear_while_streaming_and_can_be_hidden(model_path: Path) -> None:
+    """Rejected drafts are shown (briefly) where they were rejected; Ctrl+G hides them."""
+    from localspec.events import Step, Token
+
+    async def scenario() -> None:
+        app = ChatApp(options(model_path))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.ready)
+            view = AnswerView(show_ghosts=True, ghost_seconds=10.0)
+            step = Step((Token(1, " a", "draft"),), (Token(2, " x", "draft"), Token(3, " y", "draft")),
+                        Token(4, " b", "target"), "ngram", 3, 0.0, 0.0)
+            view.add_step(step, now=0.0)
+            assert [(r.text, r.kind) for r in view.runs] == [(" a", "draft"), (" x y", "ghost"), (" b", "target")]
+            assert view.text == " a b"
+            view.drop_ghosts(now=5.0)
+            assert len(view.runs) == 3  # not yet expired
+            view.drop_ghosts(now=11.0)
+            assert [(r.text, r.kind) for r in view.runs] == [(" a", "draft"), (" b", "target")]
+
+            await pilot.press("ctrl+g")
+            assert app.show_ghosts is False
+            assert "hidden" in str(app.query_one("#legend", Static).render())
+            await pilot.press("ctrl+g")
+            assert app.show_ghosts is True
+
+    asyncio.run(scenario())
+
+
+def test_escape_stops_a_long_answer(model_path: Path) -> None:
+    async def scenario() -> None:
+        app = ChatApp(options(model_path, drafter="none", k=None, max_tokens=2000))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.ready)
+            await pilot.press(*"Write a very long story about a dragon.")
+            await pilot.press("enter")
+            await until(pilot, lambda: len(app.answer_steps) >= 3)
+            await pilot.press("escape")
+            await until(pilot, lambda: not app.busy, timeout=20)
+            finished = app.last_finished
+            assert finished is not None and finished.reason == "interrupted"
+            assert 3 <= finished.stats.generated_tokens < 2000
+            # the partial answer stays, on screen and in the conversation
+            answer = app.query(AnswerView).last()
+            assert answer.text and app.conversation.turns[-1].text == answer.text
+            assert any("Stopped" in str(n.render()) for n in app.query(".notice"))
+            # and the app takes the next question
+            assert app.prompt_input.has_focus and not app.prompt_input.disabled
+
+    asyncio.run(scenario())
+
+
+def test_drafter_key_changes_the_drafter_for_the_next_answer(model_path: Path) -> None:
+    async def scenario() -> None:
+        app = ChatApp(options(model_path, drafter="none", k=None, max_tokens=12))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.ready)
+            assert app.drafter_choice == "none"
+            await pilot.press("f2")
+            assert app.drafter_choice == "ngram"
+            assert "next     ngram" in str(app.query_one("#drafter", Static).render())
+            await ask(pilot, "Say hello.")
+            assert app.rt is not None and app.rt.drafter_name == "ngram"
+            assert app.conversation.turns[-1].drafter == "ngram"
+            # the cycle skips `draft` when no --draft model was given: ngram → early-exit → auto → none
+            await pilot.press("f2")
+            assert app.drafter_choice == "early-exit"
+            await pilot.press("f2", "f2")
+            assert app.drafter_choice == "none"
+
+    asyncio.run(scenario())
+
+
+def test_follow_up_reuses_the_cache_and_saves_markdown(model_path: Path, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        app = ChatApp(options(model_path, max_tokens=16), save_dir=tmp_path, system="Answer briefly.")
+        async with app.run_test(size=SIZE) as pilot:
+            await ask(pilot, "Name a colour.")
+            first = app.last_prefill
+            await ask(pilot, "Name another one.")
+            second = app.last_prefill
+            assert first is not None and second is not None
+            # only the new turn (plus whatever the re-rendered answer changed) is prefilled
+            assert second.prompt_tokens > first.prompt_tokens
+            assert second.new_tokens < second.prompt_tokens - first.prompt_tokens + 8
+            assert [t.role for t in app.conversation.turns] == ["user", "assistant", "user", "assistant"]
+
+            await pilot.press("ctrl+s")
+            assert app.last_saved is not None and app.last_saved.parent == tmp_path
+            saved = app.last_saved.read_text(encoding="utf-8")
+            assert "## You\n\nName a colour." in saved and "## System\n\nAnswer briefly." in saved
+            assert app.conversation.turns[-1].text.strip() in saved
+
+            await pilot.press("ctrl+l")
+            assert app.conversation.turns == [] and not app.query(AnswerView)
+
+    asyncio.run(scenario())
+
+
+def test_help_opens_with_question_mark_only_when_the_input_is_empty(model_path: Path) -> None:
+    async def scenario() -> None:
+        app = ChatApp(options(model_path))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.ready)
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+            await pilot.press("w", "h", "y", "question_mark")
+            assert app.prompt_input.value == "why?"
+            assert not isinstance(app.screen, HelpScreen)
+            await pilot.press("f1")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("f1")
+            assert not isinstance(app.screen, HelpScreen)
+
+    asyncio.run(scenario())
+
+
+def test_a_model_that_fails_to_load_is_a_notice(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+
+    async def scenario() -> None:
+        app = ChatApp(options(broken))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: bool(app.query(".notice.error")))
+            notice = str(app.query(".notice.error").first().render())
+            assert "could not be opened" in notice
+            assert not app.ready and app.prompt_input.disabled
+            await pilot.press("ctrl+q")
+        assert app.return_code in (0, None)
+
+    asyncio.run(scenario())
+
+
+def test_a_full_context_offers_to_drop_the_oldest_turns(model_path: Path) -> None:
+    async def scenario() -> None:
+        app = ChatApp(options(model_path, ctx=88, max_tokens=48))
+        async with app.run_test(size=SIZE) as pilot:
+            first = await ask(pilot, REPEAT_PROMPT)  # 33 prompt tokens + 48 answered: the next turn cannot fit
+            assert first.reason == "length", "the test needs a first answer that runs to --max-tokens"
+            await pilot.press(*"And again?")
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, ContextFullScreen))
+            await pilot.press("d")
+            await until(pilot, lambda: not isinstance(app.screen, ContextFullScreen))
+            await until(pilot, lambda: not app.busy and app.conversation.turns[-1].role == "assistant")
+            # the first exchange left the model's context; the question got an answer
+            assert [t.text for t in app.conversation.turns if t.role == "user"] == ["And again?"]
+            assert any("Dropped the 1 oldest" in str(n.render()) for n in app.query(".notice"))
+
+    asyncio.run(scenario())
+
+
+def test_conversation_fit_and_markdown() -> None:
+    conv = Conversation(system="Be brief.")
+    for i in range(3):
+        conv.add_user(f"q{i}")
+        conv.add_assistant(f"a{i}")
+    conv.add_user("last")
+
+    def count(messages: list[Any]) -> int:
+        return sum(len(m.content) for m in messages)
+
+    dropped = conv.fit(count, budget=len("Be brief.") + len("q2a2last"))
+    assert dropped == 2 and [t.text for t in conv.turns] == ["q2", "a2", "last"]
+    assert conv.messages()[0].role == "system"
+    assert not Conversation(turns=[]).drop_oldest()
+    md = conv.to_markdown("m")
+    assert md.startswith("# localspec chat — m") and "## Assistant\n\na2" in md
+
+
+# ---- snapshots ------------------------------------------------------------------------------------------------
+
+def _mask_timings(app: ChatApp) -> None:
+    """Replace the numbers that depend on the machine's speed, so the snapshot is about layout and styling."""
+    panel = app.query_one(StatsPanel)
+    rates = str(panel.query_one("#rates", Static).render()).splitlines()
+    panel.query_one("#rates", Static).update("\n".join(["tok/s    (masked)", *rates[1:]]))
+    panel.query_one("#speedup", Static).update("speedup  (masked)")
+    for view in app.query(AnswerView):
+        view.border_subtitle = "(stats masked)"
+    app.prompt_input.cursor_blink = False  # a blinking cursor is on or off depending on when the shot is taken
+
+
+def test_snapshot_ready(model_path: Path, snap_compare: Any) -> None:
+    app = ChatApp(options(model_path))
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await until(pilot, lambda: app.ready)
+        app.prompt_input.cursor_blink = False  # on or off depending on when the shot is taken
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_after_a_greedy_answer(model_path: Path, snap_compare: Any) -> None:
+    # k fixed: with adaptive k the split between accepted and target tokens would depend on measured timings
+    app = ChatApp(options(model_path, k=4, max_tokens=32))
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await ask(pilot, REPEAT_PROMPT)
+        _mask_timings(app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
