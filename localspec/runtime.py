@@ -13,7 +13,7 @@ from pathlib import Path
 
 from localspec.drafters.auto import AutoDrafter
 from localspec.drafters.base import Drafter
-from localspec.drafters.early_exit import default_exit_layer, early_exit_model
+from localspec.drafters.early_exit import content_hash, default_exit_layer, early_exit_model
 from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Message, Model
@@ -21,6 +21,7 @@ from localspec.errors import UserError
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
 from localspec.speculative.adaptive import AdaptiveK
+from localspec.speculative.calibrate import verify_costs
 from localspec.speculative.loop import Generator
 
 
@@ -67,6 +68,8 @@ class Runtime:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
                 drafter_name = "none"
             drafter = _open_drafter(drafter_name, target, speculation, sampling, runtime, chooser, stack)
+            if drafter is not None:
+                _calibrate(chooser, ctx, target, runtime, speculation)
             generator = Generator(ctx, target.vocab, drafter, sampling, chooser)
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
                      (runtime, speculation, sampling), notices, stack)
@@ -85,6 +88,8 @@ class Runtime:
             self._drafters[kind] = _open_drafter(
                 kind, self.model, speculation, sampling, runtime, self.generator.chooser, self._stack
             )
+        if self._drafters[kind] is not None:
+            _calibrate(self.generator.chooser, self.context, self.model, *self.settings[:2])
         self.generator.drafter = self._drafters[kind]
         self.drafter_name = kind
 
@@ -140,6 +145,15 @@ def _open_drafter(
         model = model_drafter(resolve(speculation.draft_model)[1], "draft") if speculation.draft_model else None
         return AutoDrafter(chooser, model)
     raise UserError(f"unknown drafter {kind!r}")
+
+
+def _calibrate(
+    chooser: AdaptiveK, ctx: Context, target: Model, runtime: RuntimeSettings, speculation: SpeculationSettings
+) -> None:
+    if chooser.calibrated or speculation.k is not None:  # a fixed k needs no cost model
+        return
+    costs = verify_costs(ctx, content_hash(target.path), runtime.threads(), runtime.n_gpu_layers, speculation.k_max + 1)
+    chooser.calibrate(costs)
 
 
 def warn(message: str) -> None:

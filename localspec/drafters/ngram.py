@@ -2,8 +2,13 @@
 
 The index maps every n-gram (n = 1..max_n) of the history to the position right after its most recent
 occurrence; it grows by max_n dictionary writes per accepted token, so a step costs the same on a 32k-token
-context as on a short one. Longer suffix matches are tried first: they predict better, and the draft's
-``key`` carries the match length so the adaptive chooser can learn how far to trust each.
+context as on a short one. Two refinements over plain lookup:
+
+- **follow**: once a draft copied from some place was accepted in full (bonus token included), keep copying
+  from that same place rather than re-looking the suffix up: when the model is reproducing a passage, the most
+  recent occurrence of a short suffix is often somewhere else (its own output), while the passage goes on.
+- **keys**: the draft says what it is based on ("ngram/follow", "ngram/3", ...) so the adaptive chooser learns
+  separately how far each kind of match deserves to be trusted.
 """
 
 from __future__ import annotations
@@ -17,16 +22,19 @@ class NgramDrafter:
     name = "ngram"
     cheap = True
 
-    def __init__(self, max_n: int = 6, min_n: int = 1) -> None:
+    def __init__(self, max_n: int = 8, min_n: int = 1) -> None:
         self.max_n = max_n
         self.min_n = min_n
         self._tokens: list[int] = []
         self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_n + 1)]
+        self._source: int | None = None  # where the last draft was copied from
+        self._follow: int | None = None  # where to keep copying from, after a fully accepted draft
 
     def begin(self, history: Sequence[int]) -> None:
         if not self._extends(history):
             self._tokens = []
             self._index = [{} for _ in range(self.max_n + 1)]
+        self._follow = self._source = None
         self._extend(history)
 
     def _extends(self, history: Sequence[int]) -> bool:
@@ -45,19 +53,42 @@ class NgramDrafter:
             for n in range(1, min(self.max_n, j) + 1):
                 self._index[n][tuple(tokens[j - n : j])] = j
 
-    def propose(self, history: Sequence[int], k: int) -> Draft:
-        self._extend(history)
+    def _lookup(self) -> tuple[int, int] | None:
         tokens = self._tokens
-        if k <= 0:
-            return Draft(drafter=self.name)
         for n in range(min(self.max_n, len(tokens)), self.min_n - 1, -1):
             start = self._index[n].get(tuple(tokens[-n:]))
             if start is not None:
-                return Draft(tokens[start : start + k], None, self.name, f"{self.name}/{n}")
-        return Draft(drafter=self.name)
+                return start, n
+        return None
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        self._extend(history)
+        tokens = self._tokens
+        self._source = None
+        if k <= 0:
+            return Draft(drafter=self.name)
+        if self._follow is not None and self._follow < len(tokens):
+            start, key = self._follow, f"{self.name}/follow"
+        else:
+            found = self._lookup()
+            if found is None:
+                return Draft(drafter=self.name)
+            start, n = found
+            key = f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}"
+        draft = tokens[start : start + k]
+        self._source = start
+        return Draft(draft, None, self.name, key)
 
     def accept(self, history: Sequence[int], n_accepted: int) -> None:
         self._extend(history)
+        source, self._follow = self._source, None
+        if source is None:
+            return
+        # the target's own token ends every step; if it continues the source too, the whole draft (as long as
+        # the loop kept it) matched as well, and the source is worth following
+        nxt = source + n_accepted
+        if nxt < len(self._tokens) - 1 and self._tokens[nxt] == self._tokens[-1]:
+            self._follow = nxt + 1
 
     def close(self) -> None:
         self._tokens = []

@@ -1,62 +1,88 @@
 """Choose the draft length each step to maximise expected tokens per second.
 
-With a per-token acceptance probability a, a draft of k tokens yields E[k] = (1 − a^(k+1)) / (1 − a) tokens
-per target pass (accepted prefix + the target's own token). A pass costs verify(k+1) + k · draft_per_token.
-Both acceptance (per drafter and per draft kind, e.g. n-gram match length) and costs are measured as the run
-goes, with exponential decay so the choice follows the text. k = 0 is a plain decoding step: a drafter that
-does not pay for itself is switched off, and probed now and then in case the text turns predictable.
+A pass that verifies k drafted tokens emits 1 + (accepted prefix) tokens and costs verify(k+1) + k·draft_cost.
+Acceptance is not independent per token — a copied passage is either the right one (and then goes on) or not —
+so we learn, per kind of draft (drafter and match kind, e.g. "ngram/4+"), the conditional probability that
+draft position j is accepted given that positions < j were: E[accepted | k] = Σ_{j<k} Π_{i≤j} c_i.
+verify(n) is measured per batch size (on CPU, batches of a multiple of 4 tokens are markedly cheaper: the
+curve is not linear) and can be seeded from a calibration. All estimates decay, so choices follow the text.
+k = 0 is a plain decoding step: a drafter that does not pay is switched off, and probed now and then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from localspec.drafters.base import Draft, Drafter
 
-_DECAY = 0.9  # weight of the past in each running estimate
-_PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried again with k = 1
+_DECAY = 0.95  # weight of the past in each running estimate
+_PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried again
+_PROBE_K = 3
 
 
 @dataclass(slots=True)
-class _Acceptance:
-    hits: float = 1.0  # prior: a coin flip
-    trials: float = 2.0
+class _Survival:
+    """Decayed counts of (reached, accepted) per draft position; a Beta prior links each position to the last."""
 
-    @property
-    def rate(self) -> float:
-        return self.hits / self.trials
+    reached: list[float] = field(default_factory=list)
+    accepted: list[float] = field(default_factory=list)
 
     def update(self, accepted: int, drafted: int) -> None:
-        # positions after the first rejection were never tested: they say nothing about acceptance
-        tested = min(drafted, accepted + 1)
-        self.hits = self.hits * _DECAY**tested + accepted
-        self.trials = self.trials * _DECAY**tested + tested
+        # positions after the first rejection were never tested: they say nothing
+        for j in range(min(drafted, accepted + 1)):
+            if j == len(self.reached):
+                self.reached.append(0.0)
+                self.accepted.append(0.0)
+            self.reached[j] = self.reached[j] * _DECAY + 1.0
+            self.accepted[j] = self.accepted[j] * _DECAY + (1.0 if j < accepted else 0.0)
+
+    def conditional(self, k: int) -> list[float]:
+        """c_j for j < k: the chance position j is accepted when all before it were."""
+        out: list[float] = []
+        prior = 0.5
+        for j in range(k):
+            n = self.reached[j] if j < len(self.reached) else 0.0
+            a = self.accepted[j] if j < len(self.accepted) else 0.0
+            c = (a + 2.0 * prior) / (n + 2.0)
+            out.append(c)
+            prior = c
+        return out
+
+    def expected_accepted(self, k: int) -> list[float]:
+        """E[accepted] for every draft length 0..k."""
+        out, survive, total = [0.0], 1.0, 0.0
+        for c in self.conditional(k):
+            survive *= c
+            total += survive
+            out.append(total)
+        return out
 
 
 @dataclass(slots=True)
 class _VerifyCost:
-    """verify(n) ≈ base + per_token · (n − 1): one batched target pass over n tokens."""
+    """Seconds for one target pass over n tokens, measured per n; unseen n are interpolated."""
 
-    base: float = 0.0
-    per_token: float = 0.0
     seen: dict[int, float] = field(default_factory=dict)
 
     def update(self, n: int, seconds: float) -> None:
         old = self.seen.get(n)
         self.seen[n] = seconds if old is None else _DECAY * old + (1 - _DECAY) * seconds
-        ones = self.seen.get(1)
-        if ones is not None:
-            self.base = ones
-        wide = [(m, t) for m, t in self.seen.items() if m > 1]
-        if wide and self.base > 0:
-            slopes = [(t - self.base) / (m - 1) for m, t in wide]
-            self.per_token = max(0.0, sum(slopes) / len(slopes))
-        elif self.base > 0 and self.per_token == 0.0:
-            self.per_token = 0.2 * self.base  # measured order of magnitude on CPU before any batch is seen
+
+    def known(self) -> bool:
+        return bool(self.seen)
 
     def __call__(self, n: int) -> float:
-        return self.seen.get(n, self.base + self.per_token * (n - 1))
+        if n in self.seen:
+            return self.seen[n]
+        below = [m for m in self.seen if m < n]
+        above = [m for m in self.seen if m > n]
+        if below and above:
+            lo, hi = max(below), min(above)
+            return self.seen[lo] + (self.seen[hi] - self.seen[lo]) * (n - lo) / (hi - lo)
+        ref = max(below) if below else min(above)
+        # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound)
+        return self.seen[ref] + 0.2 * self.seen.get(1, self.seen[ref]) * (n - ref)
 
 
 class AdaptiveK:
@@ -65,40 +91,53 @@ class AdaptiveK:
     def __init__(self, k_max: int = 16, fixed: int | None = None) -> None:
         self.k_max = k_max
         self.fixed = fixed
+        self._calibration: dict[int, float] = {}
         self.reset()
 
     def reset(self) -> None:
         """Forget what was learned (acceptance and costs); drafters holding this chooser keep using it."""
-        self._acceptance: dict[str, _Acceptance] = {}
+        self._survival: dict[str, _Survival] = {}
         self._draft_cost: dict[str, float] = {}  # seconds per drafted token, per drafter
-        self._verify = _VerifyCost()
+        self._verify = _VerifyCost(dict(self._calibration))
         self._plain_steps: dict[str, int] = {}
 
+    @property
+    def calibrated(self) -> bool:
+        return bool(self._calibration)
+
+    def calibrate(self, verify_seconds: Mapping[int, float]) -> None:
+        """Seed the verify-cost curve with measured seconds per batch size; observations keep refining it, and
+        ``reset`` returns to it rather than to nothing."""
+        self._calibration = dict(verify_seconds)
+        for n, seconds in verify_seconds.items():
+            self._verify.seen.setdefault(n, seconds)
+
     def acceptance(self, key: str) -> float:
-        return self._acceptance.setdefault(key, _Acceptance()).rate
+        c = self._survival.get(key)
+        return c.conditional(1)[0] if c else 0.5
 
     def best_k(self, key: str, drafter: str, limit: int | None = None) -> int:
         """The k that maximises expected tokens per second for drafts of kind ``key``."""
         cap = self.k_max if limit is None else min(limit, self.k_max)
         if self.fixed is not None:
             return min(self.fixed, cap)
-        if self._verify.base <= 0.0:
-            return min(4, cap)  # no costs measured yet: a modest draft measures them
-        a = min(self.acceptance(key), 0.999)
+        if cap <= 0:
+            return 0
+        if not self._verify.known():
+            return min(_PROBE_K, cap)  # nothing measured yet: a modest draft measures the costs
+        expected = self._survival.setdefault(key, _Survival()).expected_accepted(cap)
         d = self._draft_cost.get(drafter, 0.0)
         best_k, best_rate = 0, 1.0 / self._verify(1)
-        expected = 1.0
         for k in range(1, cap + 1):
-            expected += a**k
-            rate = expected / (self._verify(k + 1) + k * d)
+            rate = (1.0 + expected[k]) / (self._verify(k + 1) + k * d)
             if rate > best_rate:
                 best_k, best_rate = k, rate
-        if best_k == 0 and cap > 0:
-            waited = self._plain_steps.get(drafter, 0) + 1
-            self._plain_steps[drafter] = waited
+        if best_k == 0:
+            waited = self._plain_steps.get(key, 0) + 1
+            self._plain_steps[key] = waited
             if waited >= _PROBE_EVERY:
-                self._plain_steps[drafter] = 0
-                return 1
+                self._plain_steps[key] = 0
+                return min(_PROBE_K, cap)
         return best_k
 
     def observe(
@@ -106,23 +145,22 @@ class AdaptiveK:
     ) -> None:
         self._verify.update(drafted + 1, verify_seconds)
         if drafted:
-            self._acceptance.setdefault(key, _Acceptance()).update(accepted, drafted)
+            self._survival.setdefault(key, _Survival()).update(accepted, drafted)
             per_token = draft_seconds / drafted
             old = self._draft_cost.get(drafter)
             self._draft_cost[drafter] = per_token if old is None else _DECAY * old + (1 - _DECAY) * per_token
 
     def plain_seconds_per_token(self) -> float:
         """What one plain decoding step costs, as measured (0 before any step)."""
-        return self._verify(1) if self._verify.base > 0 else 0.0
+        return self._verify(1) if self._verify.known() else 0.0
 
     def expected_speedup(self, key: str, drafter: str, k: int) -> float:
         """Tokens/s with drafts of length k relative to plain decoding, from the current estimates."""
-        if self._verify.base <= 0.0 or k <= 0:
+        if not self._verify.known() or k <= 0:
             return 1.0
-        a = min(self.acceptance(key), 0.999)
-        expected = sum(a**i for i in range(k + 1))
+        expected = self._survival.setdefault(key, _Survival()).expected_accepted(k)[k]
         cost = self._verify(k + 1) + k * self._draft_cost.get(drafter, 0.0)
-        return expected / cost * self._verify(1)
+        return (1.0 + expected) / cost * self._verify(1)
 
 
 def draft_for(drafter: Drafter, history: Sequence[int], room: int, chooser: AdaptiveK) -> Draft:
