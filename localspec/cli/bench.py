@@ -47,7 +47,7 @@ def bench(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", help="Directory for bench.json, bench.md and bench.png (the chart needs matplotlib: "
-        "pip install 'localspec[plot]').")] = None,
+        "pip install 'localspec\\[plot]').")] = None,
     ctx: CtxOpt = 4096,
     threads: ThreadsOpt = None,
     gpu_layers: GpuLayersOpt = 0,

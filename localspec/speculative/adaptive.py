@@ -133,12 +133,18 @@ class AdaptiveK:
             if rate > best_rate:
                 best_k, best_rate = k, rate
         if best_k == 0:
+            if not self._could_pay(cap, d):
+                return 0  # even a draft that is always right costs more than it saves: never probe
             waited = self._plain_steps.get(key, 0) + 1
             self._plain_steps[key] = waited
             if waited >= _PROBE_EVERY:
                 self._plain_steps[key] = 0
                 return min(_PROBE_K, cap)
         return best_k
+
+    def _could_pay(self, cap: int, draft_cost: float) -> bool:
+        plain = 1.0 / self._verify(1)
+        return any((1 + k) / (self._verify(k + 1) + k * draft_cost) > plain for k in range(1, cap + 1))
 
     def observe(
         self, key: str, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float

@@ -1,0 +1,64 @@
+"""Prompt-lookup drafting: longest suffix first, most recent occurrence, an index that only grows."""
+
+from __future__ import annotations
+
+from localspec.drafters.ngram import NgramDrafter
+
+
+def test_longest_suffix_match_wins_over_a_more_recent_short_one() -> None:
+    d = NgramDrafter(max_n=4)
+    #          0  1  2  3  4  5  6  7  8  9
+    history = [1, 2, 3, 4, 5, 9, 3, 7, 1, 2, 3]
+    d.begin(history)
+    draft = d.propose(history, 3)
+    # suffix [1, 2, 3] occurred at 0..2 and continued with 4, 5, 9; [3] alone last continued with 7
+    assert draft.tokens == [4, 5, 9]
+    assert draft.key == "ngram/3"
+
+
+def test_the_most_recent_occurrence_is_preferred() -> None:
+    d = NgramDrafter(max_n=2)
+    history = [7, 8, 1, 7, 8, 2, 7, 8]
+    d.begin(history)
+    assert d.propose(history, 1).tokens == [2]
+
+
+def test_no_match_is_an_empty_draft_not_an_error() -> None:
+    d = NgramDrafter()
+    history = [1, 2, 3, 4]
+    d.begin(history)
+    draft = d.propose(history, 5)
+    assert draft.tokens == [] and len(draft) == 0
+
+
+def test_a_fully_matching_source_is_followed() -> None:
+    d = NgramDrafter(max_n=2)
+    passage = list(range(100, 130))
+    history = passage + [5] + passage[:3]
+    d.begin(history)
+    first = d.propose(history, 4)
+    assert first.tokens == passage[3:7]
+    history += first.tokens + [passage[7]]  # all accepted, and the target's own token continues the passage
+    d.accept(history, 4)
+    second = d.propose(history, 4)
+    assert second.key == "ngram/follow" and second.tokens == passage[8:12]
+
+
+def test_a_new_unrelated_history_rebuilds_the_index() -> None:
+    d = NgramDrafter(max_n=2)
+    d.begin([1, 2, 3, 1, 2])
+    assert d.propose([1, 2, 3, 1, 2], 1).tokens == [3]
+    d.begin([9, 8, 9])
+    assert d.propose([9, 8, 9], 1).tokens == [8]
+
+
+def test_a_long_context_is_indexed_incrementally() -> None:
+    d = NgramDrafter()
+    history = [(i * 7919) % 5003 for i in range(32_000)]
+    d.begin(history[:100])
+    for end in range(100, 32_000, 1000):
+        d.accept(history[:end], 0)  # the index catches up with what was appended, never rescans
+    d.accept(history, 0)
+    repeat = history[:8]
+    history = history + repeat
+    assert d.propose(history, 4).tokens == history[8:12]
