@@ -74,7 +74,8 @@ def main() -> None:
         ceiling = statistics.median(results["tg"])
         for name, values in results.items():
             med = statistics.median(values)
-            print(f"{name:10s} {med:6.1f} tok/s  ({med / ceiling:.0%} of tg)  runs: {', '.join(f'{v:.1f}' for v in values)}")
+            runs = ", ".join(f"{v:.1f}" for v in values)
+            print(f"{name:10s} {med:6.1f} tok/s  ({med / ceiling:.0%} of tg)  runs: {runs}")
 
 
 if __name__ == "__main__":
