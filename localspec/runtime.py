@@ -133,6 +133,9 @@ def _open_drafter(
         ctx = stack.enter_context(
             Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
         )
+        if speculation.k is None:  # the adaptive chooser should know what a drafted token costs before trying
+            costs = verify_costs(ctx, content_hash(path), runtime.threads(), runtime.n_gpu_layers, 1)
+            chooser.calibrate_drafter(name, costs[1])
         return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
 
     if kind == "draft":

@@ -41,3 +41,11 @@ def localspec(args: Sequence[str], *, input: str | None = None, timeout: float =
         env={**os.environ, "PYTHONIOENCODING": "utf-8"},
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def interruptible() -> None:
+    """preexec_fn for a child that a test will Ctrl-C: a shell that started the tests in the background may have
+    passed SIGINT down as ignored, and Python then never raises KeyboardInterrupt."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -15,6 +15,7 @@ import pytest
 
 from localspec import hub
 from localspec.errors import UserError
+from tests.conftest import interruptible
 from tests.hub_server import HubFile, HubServer, make_gguf
 
 REPO = "acme/Tiny-GGUF"
@@ -318,6 +319,7 @@ def test_ctrl_c_keeps_a_resumable_partial_file(server: HubServer, env: Path) -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
     while not (partial.exists() and partial.stat().st_size >= 10 * 2**20) and time.monotonic() < deadline:

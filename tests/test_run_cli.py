@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import localspec
+from tests.conftest import interruptible, localspec
 
 PARIS = "Question: What is the capital of France?\nAnswer:"
 
@@ -120,6 +120,7 @@ def test_ctrl_c_keeps_the_text_prints_stats_and_exits_130(model_path: Path) -> N
         [sys.executable, "-m", "localspec", "run", "Write a very long story about the sea.", "--max-tokens", "4000",
          "--drafter", "none", "--ctx", "8192"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=interruptible,
     )
     assert proc.stdout is not None
     first = proc.stdout.read(20)  # wait until generation is visibly under way
@@ -130,3 +131,12 @@ def test_ctrl_c_keeps_the_text_prints_stats_and_exits_130(model_path: Path) -> N
     assert len(first + out) >= 20
     assert b"tok/s" in err and b"interrupted" in err
     assert b"Traceback" not in err
+
+
+def test_a_draft_model_with_another_tokenizer_is_refused(tmp_path: Path, model_path: Path) -> None:
+    from localspec.engine.rewrite import copy_model
+
+    other = tmp_path / "other-tokenizer.gguf"
+    copy_model(model_path, other, int_overrides={"tokenizer.ggml.eos_token_id": 7})
+    for command in (["run", "hello", "--drafter", "draft"], ["bench", "--drafters", "none,draft", "--repeat", "1"]):
+        assert_one_line_error(localspec([*command, "--draft", str(other)]), "tokenizer", "EOS 1 vs 7")

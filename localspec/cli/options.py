@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -140,3 +143,45 @@ def build_options(
     for part in (options.runtime, options.speculation, options.sampling, options.generation):
         part.validate()
     return options
+
+
+# (name, option, default) of every shared generation option, in --help order
+_SHARED: tuple[tuple[str, Any, Any], ...] = (
+    ("model", ModelOpt, None), ("profile", ProfileOpt, None), ("drafter", DrafterOpt, None),
+    ("draft", DraftOpt, None), ("k", KOpt, None), ("exit_layer", ExitLayerOpt, None), ("p_min", PMinOpt, 0.0),
+    ("max_tokens", MaxTokensOpt, 256), ("temperature", TemperatureOpt, 0.0), ("top_k", TopKOpt, 40),
+    ("top_p", TopPOpt, 0.95), ("min_p", MinPOpt, 0.05), ("seed", SeedOpt, None), ("stop", StopOpt, None),
+    ("ctx", CtxOpt, 4096), ("threads", ThreadsOpt, None), ("gpu_layers", GpuLayersOpt, 0),
+    ("verbose", VerboseOpt, False),
+)  # fmt: skip
+
+
+def generation_options(*, hide: tuple[str, ...] = (), **defaults: Any) -> Callable[[Callable[..., Any]], Any]:
+    """Give a command every shared generation option, validated into one ``options: Options`` argument.
+
+    The command declares only its own parameters plus ``options``; ``defaults`` changes an option's default for
+    this command, ``hide`` leaves an option out (it then keeps its default).
+    """
+
+    def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"]
+        shared = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(name, default), annotation=opt)
+            for name, opt, default in _SHARED
+            if name not in hide
+        ]
+        fixed = {name: defaults.get(name, default) for name, _, default in _SHARED if name in hide}
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name) for name, _, _ in _SHARED if name not in hide}
+            from localspec.cli import user_errors
+
+            with user_errors():
+                options = build_options(**fixed, **values)
+            return command(options=options, **kwargs)
+
+        run.__signature__ = inspect.Signature(own + shared)  # type: ignore[attr-defined]
+        return run
+
+    return wrap

@@ -13,28 +13,7 @@ if TYPE_CHECKING:
     from localspec.runtime import Runtime
 
 from localspec.cli import app, user_errors
-from localspec.cli.options import (
-    CtxOpt,
-    DrafterOpt,
-    DraftOpt,
-    ExitLayerOpt,
-    GpuLayersOpt,
-    KOpt,
-    MaxTokensOpt,
-    MinPOpt,
-    ModelOpt,
-    Options,
-    PMinOpt,
-    ProfileOpt,
-    SeedOpt,
-    StopOpt,
-    TemperatureOpt,
-    ThreadsOpt,
-    TopKOpt,
-    TopPOpt,
-    VerboseOpt,
-    build_options,
-)
+from localspec.cli.options import Options, generation_options
 from localspec.cli.render import json_document, stats_lines
 from localspec.errors import UserError
 from localspec.events import Finished, Notice, Step, Token
@@ -56,30 +35,15 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
 
 
 @app.command()
+@generation_options()
 def run(
     prompt: Annotated[str | None, typer.Argument(help="The prompt; '-' reads it from stdin.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the prompt from a file.")] = None,
-    model: ModelOpt = None,
-    profile: ProfileOpt = None,
-    drafter: DrafterOpt = None,
-    draft: DraftOpt = None,
-    k: KOpt = None,
-    exit_layer: ExitLayerOpt = None,
-    p_min: PMinOpt = 0.0,
-    max_tokens: MaxTokensOpt = 256,
-    temperature: TemperatureOpt = 0.0,
-    top_k: TopKOpt = 40,
-    top_p: TopPOpt = 0.95,
-    min_p: MinPOpt = 0.05,
-    seed: SeedOpt = None,
-    stop: StopOpt = None,
     chat: Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the model's chat template.")] = False,
     system: Annotated[str | None, typer.Option("--system", help="System message (with --chat).")] = None,
-    ctx: CtxOpt = 4096,
-    threads: ThreadsOpt = None,
-    gpu_layers: GpuLayersOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, tokens, stats).")] = False,
-    verbose: VerboseOpt = False,
+    *,
+    options: Options,
 ) -> None:
     """Generate text from PROMPT, faster through lossless speculative decoding.
 
@@ -94,11 +58,6 @@ def run(
     from localspec.runtime import Runtime
 
     with user_errors():
-        options = build_options(
-            model=model, profile=profile, drafter=drafter, draft=draft, k=k, exit_layer=exit_layer, p_min=p_min,
-            max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-            stop=stop, ctx=ctx, threads=threads, gpu_layers=gpu_layers, verbose=verbose,
-        )
         text = read_prompt(prompt, prompt_file)
         with Runtime.open(options.model, options.runtime, options.speculation, options.sampling) as rt:
             for notice in rt.notices:

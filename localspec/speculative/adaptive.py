@@ -18,6 +18,7 @@ from localspec.drafters.base import Draft, Drafter
 
 _DECAY = 0.95  # weight of the past in each running estimate
 _PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried again
+_PROBE_EVERY_MAX = 256
 _PROBE_K = 3
 
 
@@ -92,14 +93,16 @@ class AdaptiveK:
         self.k_max = k_max
         self.fixed = fixed
         self._calibration: dict[int, float] = {}
+        self._drafter_calibration: dict[str, float] = {}
         self.reset()
 
     def reset(self) -> None:
         """Forget what was learned (acceptance and costs); drafters holding this chooser keep using it."""
         self._survival: dict[str, _Survival] = {}
-        self._draft_cost: dict[str, float] = {}  # seconds per drafted token, per drafter
+        self._draft_cost: dict[str, float] = dict(self._drafter_calibration)  # seconds per drafted token
         self._verify = _VerifyCost(dict(self._calibration))
         self._plain_steps: dict[str, int] = {}
+        self._patience: dict[str, int] = {}
 
     @property
     def calibrated(self) -> bool:
@@ -111,6 +114,11 @@ class AdaptiveK:
         self._calibration = dict(verify_seconds)
         for n, seconds in verify_seconds.items():
             self._verify.seen.setdefault(n, seconds)
+
+    def calibrate_drafter(self, drafter: str, seconds_per_token: float) -> None:
+        """Seed a model drafter's cost per drafted token, so a drafter too slow to pay is never tried."""
+        self._drafter_calibration[drafter] = seconds_per_token
+        self._draft_cost.setdefault(drafter, seconds_per_token)
 
     def acceptance(self, key: str) -> float:
         c = self._survival.get(key)
@@ -137,9 +145,14 @@ class AdaptiveK:
                 return 0  # even a draft that is always right costs more than it saves: never probe
             waited = self._plain_steps.get(key, 0) + 1
             self._plain_steps[key] = waited
-            if waited >= _PROBE_EVERY:
+            patience = self._patience.get(key, _PROBE_EVERY)
+            if waited >= patience:
+                # each probe that does not win the drafter back doubles the wait for the next one
                 self._plain_steps[key] = 0
+                self._patience[key] = min(2 * patience, _PROBE_EVERY_MAX)
                 return min(_PROBE_K, cap)
+            return 0
+        self._patience.pop(key, None)
         return best_k
 
     def _could_pay(self, cap: int, draft_cost: float) -> bool:
