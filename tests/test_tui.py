@@ -36,16 +36,6 @@ REPEAT_PROMPT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat.
 SIZE = (110, 36)
 
 
-@pytest.fixture(scope="session")
-def model_path() -> Path:
-    """The embedded default model (assembled once into localspec's usual home; later calls cost a stat)."""
-    from localspec.errors import UserError
-    from localspec.hub import ensure_default_model
-
-    try:
-        return ensure_default_model(progress=False)
-    except UserError as exc:
-        pytest.skip(f"the embedded model is not available: {exc}")
 
 
 def options(model: Path | str, **overrides: Any) -> Options:

@@ -22,15 +22,6 @@ TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install -y tmux)")
 
 
-@pytest.fixture(scope="module")
-def model_path() -> Path:
-    from localspec.errors import UserError
-    from localspec.hub import ensure_default_model
-
-    try:
-        return ensure_default_model(progress=False)
-    except UserError as exc:
-        pytest.skip(f"the embedded model is not available: {exc}")
 
 
 class Tmux:
