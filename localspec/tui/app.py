@@ -58,6 +58,10 @@ if TYPE_CHECKING:
     from localspec.runtime import Runtime
 
 REPAINT_HZ = 30  # repaints per second while an answer streams: smooth to the eye, cheap for the CPU
+# Share of one core the UI may spend while an answer streams. Re-rendering a long answer costs more per frame, and
+# every millisecond the UI takes is taken from llama.cpp's threads on a small machine: past this budget, frames
+# are skipped (steps still accumulate) and the frame rate drops instead of the decoding speed.
+UI_CPU_BUDGET = 0.08
 DRAFTER_CYCLE = ("none", "ngram", "draft", "early-exit", "auto")
 assert set(DRAFTER_CYCLE) == set(DRAFTERS)
 
@@ -120,6 +124,7 @@ class ChatApp(App[None]):
         self._live = Stats()
         self._t0 = 0.0
         self._last_step_time = 0.0
+        self._painted = (0.0, 0.0)  # (wall clock, UI thread CPU time) at the last frame
 
     # ---- layout ---------------------------------------------------------------------------------------------
 
@@ -325,8 +330,19 @@ class ChatApp(App[None]):
         if self._answer is not None:
             self._answer.border_subtitle = f"prompt {p.prompt_tokens} tokens, {p.new_tokens} new"
 
-    def _drain(self) -> None:
+    def _over_budget(self) -> bool:
+        """True if the UI thread used more than its CPU share since the last frame (then this frame waits)."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        last_wall, last_cpu = self._painted
+        if wall - last_wall > 0 and (cpu - last_cpu) > UI_CPU_BUDGET * (wall - last_wall):
+            return True
+        self._painted = (wall, cpu)
+        return False
+
+    def _drain(self, *, final: bool = False) -> None:
         """Timer tick: move the steps the worker queued onto the screen, in one repaint."""
+        if not final and self._over_budget():
+            return  # the queue keeps the steps; a later frame shows them all at once
         steps: list[Step] = []
         while True:
             try:
@@ -356,7 +372,7 @@ class ChatApp(App[None]):
             panel.show_stats(self._live, max(self._last_step_time - self._t0, 1e-9))
 
     def on_answer_finished(self, message: AnswerFinished) -> None:
-        self._drain()
+        self._drain(final=True)
         finished = message.finished
         stats = finished.stats
         answer = self._answer
