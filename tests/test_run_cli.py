@@ -140,3 +140,17 @@ def test_a_draft_model_with_another_tokenizer_is_refused(tmp_path: Path, model_p
     copy_model(model_path, other, int_overrides={"tokenizer.ggml.eos_token_id": 7})
     for command in (["run", "hello", "--drafter", "draft"], ["bench", "--drafters", "none,draft", "--repeat", "1"]):
         assert_one_line_error(localspec([*command, "--draft", str(other)]), "tokenizer", "EOS 1 vs 7")
+
+
+def test_a_profile_sets_model_and_drafter_for_run_and_bench(tmp_path: Path, model_path: Path) -> None:
+    run = localspec(["run", PARIS, "--profile", "default", "--max-tokens", "6", "--json"])
+    assert run.code == 0, run.stderr
+    assert json.loads(run.stdout)["drafter"] == "ngram"
+    suite = tmp_path / "one.jsonl"
+    suite.write_text(json.dumps({"id": "paris", "category": "qa", "prompt": PARIS, "max_tokens": 6}) + "\n")
+    bench = localspec(["bench", "--profile", "gemma3-270m-early-exit", "--suite", str(suite), "--repeat", "1",
+                       "--json"])
+    assert bench.code == 0, bench.stderr
+    drafters = {r["drafter"] for r in json.loads(bench.stdout)["results"]}
+    assert drafters >= {"none", "early-exit"}
+    assert_one_line_error(localspec(["run", "hi", "--profile", "nope"]), "nope")

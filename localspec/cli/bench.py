@@ -15,7 +15,17 @@ import typer
 from rich.console import Console
 
 from localspec.cli import app, fail, user_errors
-from localspec.cli.options import CtxOpt, DraftOpt, ExitLayerOpt, GpuLayersOpt, KOpt, ModelOpt, ThreadsOpt, VerboseOpt
+from localspec.cli.options import (
+    CtxOpt,
+    DraftOpt,
+    ExitLayerOpt,
+    GpuLayersOpt,
+    KOpt,
+    ModelOpt,
+    ProfileOpt,
+    ThreadsOpt,
+    VerboseOpt,
+)
 from localspec.errors import UserError
 
 if TYPE_CHECKING:
@@ -31,6 +41,7 @@ def bench(
         "--suite", "-s", help="JSONL file of {id, category, prompt, max_tokens?} rows. Default: the built-in suite "
         "(grounded copy/extract/edit, code, chat, creative).")] = None,
     model: ModelOpt = None,
+    profile: ProfileOpt = None,
     draft: DraftOpt = None,
     drafters: Annotated[str | None, typer.Option(
         "--drafters", help="Comma-separated drafters to compare: none, ngram, draft, early-exit, auto. Default: "
@@ -66,6 +77,8 @@ def bench(
       localspec bench --suite my_prompts.jsonl --drafters none,ngram --json
 
       localspec bench --anchors --out results/
+
+      localspec bench --profile qwen2.5-7b --repeat 1
     """
     from localspec.bench import report as rep
     from localspec.bench.runner import Bench, parse_drafters, schedule
@@ -81,6 +94,16 @@ def bench(
             raise UserError(f"--repeat must be at least 1, got {repeat}")
         if max_tokens is not None and max_tokens < 1:
             raise UserError(f"--max-tokens must be a positive number, got {max_tokens}")
+        if profile is not None:  # the profile's pair, and its drafter beside the default comparison
+            from localspec.registry import resolve_profile
+
+            chosen = resolve_profile(profile)
+            model = model if model is not None else chosen.target
+            draft = draft if draft is not None else chosen.draft
+            k = k if k is not None else chosen.k
+            exit_layer = exit_layer if exit_layer is not None else chosen.exit_layer
+            if drafters is None and chosen.drafter not in DEFAULT_DRAFTERS.split(","):
+                drafters = f"{DEFAULT_DRAFTERS},{chosen.drafter}"
         spec = drafters if drafters is not None else DEFAULT_DRAFTERS + (",draft" if draft else "")
         names = parse_drafters(spec, draft_model=draft, anchors=anchors)
         the_suite = load_suite(suite).with_max_tokens(max_tokens)
