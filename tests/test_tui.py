@@ -323,3 +323,35 @@ def test_snapshot_after_a_greedy_answer(model_path: Path, snap_compare: Any) -> 
         _mask_timings(app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_a_long_answer_keeps_only_its_tail_live(model_path: Path) -> None:
+    """Finished lines of a long answer move into parts rendered once; text, styles and order are unchanged."""
+    from localspec.events import Step, Token
+
+    async def scenario() -> None:
+        app = ChatApp(options(model_path))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.ready)
+            view = app.transcript.start_answer(show_ghosts=True, title="Assistant")
+            await pilot.pause()  # composed: parts are mounted before its live tail
+            expected = ""
+            for i in range(120):
+                line = f"line {i} of a long answer\n"
+                source = "draft" if i % 2 else "target"
+                step = Step((Token(i, line, "draft"),) if source == "draft" else (), (),
+                            Token(i, line, "target") if source == "target" else None, "ngram", 1, 0.0, 0.0)
+                view.add_step(step, now=0.0)
+                view.repaint()
+                await pilot.pause()
+                expected += line
+            await pilot.pause()
+            parts = view.query(Static)
+            assert len(parts) > 3  # frozen parts + the live tail
+            assert view.text == expected
+            assert view.content().plain == expected
+            assert sum(len(r.text) for r in view._runs) <= AnswerView.FREEZE_CHARS + 40
+            shown = "\n".join(str(p.render()) for p in parts if p.display)
+            assert shown.replace("\n", "") == expected.replace("\n", "")
+
+    asyncio.run(scenario())

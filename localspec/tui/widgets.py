@@ -37,16 +37,36 @@ class Run:
     expires: float = 0.0
 
 
-class AnswerView(Static):
+class AnswerView(Vertical):
     """The assistant's answer, token by token: accepted drafts coloured, the target's own tokens plain,
-    rejected drafts as short-lived struck-through ghosts at the point where they were rejected."""
+    rejected drafts as short-lived struck-through ghosts at the point where they were rejected.
+
+    Only the tail of a long answer is re-rendered: once the live text passes ``FREEZE_CHARS``, its finished lines
+    move into a part of their own that is rendered once. Re-rendering a whole long answer every frame costs the
+    UI thread more and more, and on a small machine that time comes out of the decoding.
+    """
+
+    DEFAULT_CSS = """
+    AnswerView { height: auto; }
+    AnswerView > Static { height: auto; }
+    """
+    FREEZE_CHARS = 600
 
     def __init__(self, *, show_ghosts: bool = True, ghost_seconds: float = GHOST_SECONDS) -> None:
-        super().__init__("", classes="answer", markup=False)
-        self.runs: list[Run] = []
+        super().__init__(classes="answer")
+        self._done: list[Run] = []  # frozen: rendered once, never ghosts
+        self._runs: list[Run] = []  # live: re-rendered on each repaint
+        self._live = Static("", markup=False)
         self.show_ghosts = show_ghosts
         self.ghost_seconds = ghost_seconds
         self._dirty = False
+
+    def compose(self) -> ComposeResult:
+        yield self._live
+
+    @property
+    def runs(self) -> list[Run]:
+        return self._done + self._runs
 
     @property
     def text(self) -> str:
@@ -56,10 +76,10 @@ class AnswerView(Static):
     def _append(self, text: str, kind: str) -> None:
         if not text:
             return
-        if self.runs and self.runs[-1].kind == kind and kind != "ghost":
-            self.runs[-1].text += text
+        if self._runs and self._runs[-1].kind == kind and kind != "ghost":
+            self._runs[-1].text += text
         else:
-            self.runs.append(Run(text, kind))
+            self._runs.append(Run(text, kind))
         self._dirty = True
 
     def add_step(self, step: Step, now: float) -> None:
@@ -68,7 +88,7 @@ class AnswerView(Static):
         if step.rejected and self.show_ghosts:
             ghost = "".join(t.text for t in step.rejected)
             if ghost:
-                self.runs.append(Run(ghost, "ghost", now + self.ghost_seconds))
+                self._runs.append(Run(ghost, "ghost", now + self.ghost_seconds))
                 self._dirty = True
         if step.target is not None:
             self._append(step.target.text, "target")
@@ -78,8 +98,8 @@ class AnswerView(Static):
 
     def drop_ghosts(self, now: float | None = None) -> None:
         """Remove ghosts that have had their time (all of them when ``now`` is None)."""
-        keep = [r for r in self.runs if r.kind != "ghost" or (now is not None and r.expires > now)]
-        if len(keep) != len(self.runs):
+        keep = [r for r in self._runs if r.kind != "ghost" or (now is not None and r.expires > now)]
+        if len(keep) != len(self._runs):
             # neighbours of the same kind that a ghost separated become one run again
             merged: list[Run] = []
             for run in keep:
@@ -87,19 +107,44 @@ class AnswerView(Static):
                     merged[-1].text += run.text
                 else:
                     merged.append(run)
-            self.runs = merged
+            self._runs = merged
             self._dirty = True
 
     def content(self) -> Content:
-        return Content.assemble(*((r.text, STYLE_BY_KIND[r.kind]) for r in self.runs))
+        return _assemble(self.runs)
+
+    def _freeze(self) -> None:
+        """Move the finished lines of a long live tail into a part of their own (ghost-free lines only)."""
+        if self._live.parent is None or sum(len(r.text) for r in self._runs) <= self.FREEZE_CHARS:
+            return  # not composed yet (parts are mounted before the live tail), or nothing long to freeze
+        ghost_at = next((i for i, r in enumerate(self._runs) if r.kind == "ghost"), len(self._runs))
+        for i in range(ghost_at - 1, -1, -1):
+            cut = self._runs[i].text.rfind("\n")
+            if cut < 0:
+                continue
+            head = self._runs[:i] + [Run(self._runs[i].text[: cut + 1], self._runs[i].kind)]
+            tail = self._runs[i].text[cut + 1 :]
+            self._runs = ([Run(tail, self._runs[i].kind)] if tail else []) + self._runs[i + 1 :]
+            self._done += head
+            # the part ends where a line ends: the next widget starts the next line, so drop that line break
+            shown = head[:-1] + [Run(head[-1].text[:-1], head[-1].kind)]
+            self.mount(Static(_assemble(shown), markup=False), before=self._live)
+            return
 
     def repaint(self, *, force: bool = False) -> bool:
         """Push the runs to the screen if they changed since the last repaint; True if they did."""
         if not (self._dirty or force):
             return False
         self._dirty = False
-        self.update(self.content() if self.runs else Content.styled("…", "dim"))
+        self._freeze()
+        # an empty live tail after frozen parts would still take a line
+        self._live.display = bool(self._runs) or not self._done
+        self._live.update(_assemble(self._runs) if self._runs else Content.styled("…", "dim"))
         return True
+
+
+def _assemble(runs: list[Run]) -> Content:
+    return Content.assemble(*((r.text, STYLE_BY_KIND[r.kind]) for r in runs))
 
 
 class PromptInput(Input):
