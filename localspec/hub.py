@@ -164,10 +164,11 @@ def _sidecar_matches(sidecar: Path, target: Path, expected: str) -> bool:
 
 def _write_sidecar(sidecar: Path, target: Path, sha: str) -> None:
     st = target.stat()
-    _atomic_write_text(sidecar, json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}))
+    atomic_write_text(sidecar, json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}))
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a small file so that readers see the old or the new text, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -660,7 +661,7 @@ def record_pull(result: PullResult, name: str | None) -> None:
     entry["name"] = name
     entry["pulled_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     records.append(entry)
-    _atomic_write_text(pulled_records_path(), json.dumps({"version": 1, "files": records}, indent=1))
+    atomic_write_text(pulled_records_path(), json.dumps({"version": 1, "files": records}, indent=1))
 
 
 def main() -> None:

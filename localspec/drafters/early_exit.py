@@ -15,6 +15,7 @@ from pathlib import Path
 from localspec.engine.rewrite import copy_model
 from localspec.errors import UserError
 from localspec.gguf_header import ArrayLength, read_header
+from localspec.hub import atomic_write_text, sha256_file
 from localspec.paths import cache_dir
 
 
@@ -34,15 +35,8 @@ def content_hash(path: Path) -> str:
             return str(data["sha256"])
     except (OSError, ValueError, KeyError):
         pass
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    sha = digest.hexdigest()
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": key, "sha256": sha}))
-    os.replace(tmp, memo)
+    sha = sha256_file(path)
+    atomic_write_text(memo, json.dumps({"key": key, "sha256": sha}))
     return sha
 
 

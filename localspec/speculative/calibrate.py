@@ -8,13 +8,13 @@ steps of every run. Measuring takes a couple of seconds; the result is cached ne
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from localspec.engine import Context, library_version
+from localspec.hub import atomic_write_text
 from localspec.paths import cache_dir
 
 _REPEATS = 2
@@ -34,10 +34,7 @@ def verify_costs(ctx: Context, model_hash: str, threads: int, gpu_layers: int, n
         pass
     print("localspec: measuring verification costs for this model (once)…", file=sys.stderr)
     costs = measure(ctx, n_max)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(costs))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(costs))
     return costs
 
 
