@@ -4,6 +4,7 @@ draft model if one is configured, else nothing (a plain decoding step)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from localspec.drafters.base import Draft, Drafter
 from localspec.drafters.ngram import NgramDrafter
@@ -25,16 +26,11 @@ class AutoDrafter:
             self._model.begin(history)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
-        draft = self._ngram.propose(history, k)
-        if draft.tokens:
-            # trim here: an n-gram draft the chooser cuts to nothing should leave room for the model
-            draft = draft.trimmed(self._chooser.best_k(draft.key, draft.drafter, len(draft)))
-            if draft.tokens or self._model is None:
-                return Draft(draft.tokens, None, draft.drafter, draft.key, sized=True)
-        if self._model is None:
-            return draft
-        sized = draft_for(self._model, history, k, self._chooser)
-        return Draft(sized.tokens, sized.dists, sized.drafter, sized.key, sized=True)
+        # n-gram first; a match the chooser trims to nothing leaves the step to the draft model
+        draft = draft_for(self._ngram, history, k, self._chooser)
+        if not draft.tokens and self._model is not None:
+            draft = draft_for(self._model, history, k, self._chooser)
+        return replace(draft, sized=True)  # already sized for its kind: the loop must not trim it again
 
     def accept(self, history: Sequence[int], n_accepted: int) -> None:
         self._ngram.accept(history, n_accepted)

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from localspec.drafters.base import Draft, Drafter
+from localspec.engine.context import common_prefix
 from localspec.errors import ContextFullError, RollbackUnsupported
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
 from localspec.sampling import PositionalDraws
@@ -146,10 +147,7 @@ class Generator:
                 "raise --ctx or shorten the prompt"
             )
         t0 = time.perf_counter()
-        cached = self.target.tokens
-        keep = 0
-        while keep < min(len(cached), len(history) - 1) and cached[keep] == history[keep]:
-            keep += 1
+        keep = common_prefix(self.target.tokens, history[:-1])
         self.target.truncate(keep)
         if len(history) - 1 > keep:
             self.target.decode(history[keep:-1])
