@@ -6,6 +6,7 @@ llama-bench's tg test); `bare`: the same plus a greedy argmax on a logits view; 
 Generator, target-only. Same model, same threads, same process, interleaved repeats, medians.
 
     .venv/bin/python scripts/decode_ceiling.py [--tokens 128] [--repeat 5] [--threads 2]
+    .venv/bin/python scripts/decode_ceiling.py --profile     # where localspec's per-token time goes (cProfile)
 
 This script touches llama_cpp directly on purpose: it measures what the engine layer costs.
 """
@@ -62,11 +63,20 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--profile", action="store_true", help="cProfile 200 target-only tokens instead")
     args = ap.parse_args()
     with Model(ensure_default_model()) as model, Context(model, n_ctx=1024, n_threads=args.threads) as ctx:
         prompt = model.vocab.tokenize(PROMPT)
-        results: dict[str, list[float]] = {"tg": [], "bare": [], "localspec": []}
         localspec_loop(ctx, model, prompt, 16)  # warm up
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(localspec_loop, ctx, model, prompt, 200)
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+            return
+        results: dict[str, list[float]] = {"tg": [], "bare": [], "localspec": []}
         for _ in range(args.repeat):
             results["tg"].append(tg(ctx, prompt, args.tokens, argmax=False))
             results["bare"].append(tg(ctx, prompt, args.tokens, argmax=True))
