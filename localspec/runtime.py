@@ -6,7 +6,6 @@ everything opened is closed in reverse order when the runtime is closed.
 
 from __future__ import annotations
 
-import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +156,3 @@ def _calibrate(
         return
     costs = verify_costs(ctx, content_hash(target.path), runtime.threads(), runtime.n_gpu_layers, speculation.k_max + 1)
     chooser.calibrate(costs)
-
-
-def warn(message: str) -> None:
-    print(f"localspec: {message}", file=sys.stderr)

@@ -7,12 +7,11 @@ from localspec.engine.backend import init_backend, library_version, system_info
 from localspec.engine.chat import ChatTemplate, Message
 from localspec.engine.context import Context, common_prefix
 from localspec.engine.model import Model
-from localspec.engine.vocab import Detokenizer, Vocab
+from localspec.engine.vocab import Vocab
 
 __all__ = [
     "ChatTemplate",
     "Context",
-    "Detokenizer",
     "Message",
     "Model",
     "Vocab",

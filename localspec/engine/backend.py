@@ -36,7 +36,3 @@ def system_info() -> str:
 
 def library_version() -> str:
     return getattr(llama_cpp, "__version__", "unknown")
-
-
-def gpu_offload_supported() -> bool:
-    return bool(llama_cpp.llama_supports_gpu_offload())

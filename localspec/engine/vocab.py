@@ -1,10 +1,8 @@
-"""Tokenizer side of a model: text ↔ token ids, UTF-8-safe incremental detokenisation."""
+"""Tokenizer side of a model: text → token ids, token → bytes (cached); speculative/text.py assembles text."""
 
 from __future__ import annotations
 
-import codecs
 import ctypes
-from collections.abc import Sequence
 
 import llama_cpp
 
@@ -48,13 +46,6 @@ class Vocab:
         self._pieces[token] = data
         return data
 
-    def text(self, token: int) -> str:
-        """One token's text on its own (a split UTF-8 character shows as U+FFFD): for display only."""
-        return self.piece(token).decode("utf-8", "replace")
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
-
     def is_eog(self, token: int) -> bool:
         cached = self._eog.get(token)
         if cached is None:
@@ -65,17 +56,3 @@ class Vocab:
         """The vocabulary's stored text for a token (used to compare two vocabularies)."""
         raw = llama_cpp.llama_vocab_get_text(self._handle, token)
         return raw.decode("utf-8", "replace") if raw else ""
-
-
-class Detokenizer:
-    """Turns a stream of token ids into text without ever releasing half a UTF-8 character."""
-
-    def __init__(self, vocab: Vocab) -> None:
-        self._vocab = vocab
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, token: int) -> str:
-        return self._decoder.decode(self._vocab.piece(token))
-
-    def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)

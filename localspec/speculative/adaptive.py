@@ -120,10 +120,6 @@ class AdaptiveK:
         self._drafter_calibration[drafter] = seconds_per_token
         self._draft_cost.setdefault(drafter, seconds_per_token)
 
-    def acceptance(self, key: str) -> float:
-        c = self._survival.get(key)
-        return c.conditional(1)[0] if c else 0.5
-
     def best_k(self, key: str, drafter: str, limit: int | None = None) -> int:
         """The k that maximises expected tokens per second for drafts of kind ``key``."""
         cap = self.k_max if limit is None else min(limit, self.k_max)
@@ -172,14 +168,6 @@ class AdaptiveK:
     def plain_seconds_per_token(self) -> float:
         """What one plain decoding step costs, as measured (0 before any step)."""
         return self._verify(1) if self._verify.known() else 0.0
-
-    def expected_speedup(self, key: str, drafter: str, k: int) -> float:
-        """Tokens/s with drafts of length k relative to plain decoding, from the current estimates."""
-        if not self._verify.known() or k <= 0:
-            return 1.0
-        expected = self._survival.setdefault(key, _Survival()).expected_accepted(k)[k]
-        cost = self._verify(k + 1) + k * self._draft_cost.get(drafter, 0.0)
-        return (1.0 + expected) / cost * self._verify(1)
 
 
 def draft_for(drafter: Drafter, history: Sequence[int], room: int, chooser: AdaptiveK) -> Draft:
