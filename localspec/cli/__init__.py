@@ -5,8 +5,10 @@ Errors a user can act on (:class:`localspec.errors.UserError`) become one line o
 
 from __future__ import annotations
 
+import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import typer
@@ -40,11 +42,40 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn a UserError raised inside a command into one line on stderr and exit code 2."""
+    """Turn a UserError raised inside a command into one line on stderr and exit code 2.
+
+    Ctrl-C becomes one line and exit code 130: typer would otherwise exit 130 without a word.
+    """
     try:
         yield
     except UserError as exc:
         raise fail(str(exc), exc.exit_code) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130) from None
+
+
+@contextmanager
+def ctrl_c_as_request() -> Iterator[Callable[[], bool]]:
+    """Within the block, the first Ctrl-C only raises a flag (yielded as a poll function); a second one interrupts.
+
+    A KeyboardInterrupt lands wherever Python happens to be, often in the caller's printing code, where the
+    generation's final stats are lost. A polled flag lets the loop finish its step and report.
+    """
+    requested = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield requested.is_set
+        return
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if requested.is_set():
+            raise KeyboardInterrupt
+        requested.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield requested.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _register() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,7 +13,7 @@ import typer
 if TYPE_CHECKING:
     from localspec.runtime import Runtime
 
-from localspec.cli import app, user_errors
+from localspec.cli import app, ctrl_c_as_request, user_errors
 from localspec.cli.options import Options, generation_options
 from localspec.cli.render import json_document, stats_lines
 from localspec.errors import UserError
@@ -65,17 +66,20 @@ def run(
             if chat and rt.chat_template.source != "model":
                 print(f"localspec: chat template: {rt.chat_template.source}", file=sys.stderr)
             tokens_in = rt.prompt_tokens(text, chat=chat, system=system)
-            finished = _generate(rt, tokens_in, options, as_json)
+            with ctrl_c_as_request() as cancelled:
+                finished = _generate(rt, tokens_in, options, as_json, cancelled)
     if finished.reason == "interrupted":
         raise typer.Exit(130)
 
 
-def _generate(rt: Runtime, prompt_tokens: list[int], options: Options, as_json: bool) -> Finished:
+def _generate(
+    rt: Runtime, prompt_tokens: list[int], options: Options, as_json: bool, cancelled: Callable[[], bool]
+) -> Finished:
     out = sys.stdout
     tokens: list[Token] = []
     pieces: list[str] = []
     finished: Finished | None = None
-    for event in rt.generator.generate(prompt_tokens, options.generation):
+    for event in rt.generator.generate(prompt_tokens, options.generation, cancelled):
         if isinstance(event, Step):
             for token in event.emitted:
                 tokens.append(token)
