@@ -38,8 +38,9 @@ def replay_ngram(prompt: list[int], gen: list[int], cost: dict[int, float]) -> f
         a = 0
         while a < len(draft.tokens) and draft.tokens[a] == gen[pos + a]:
             a += 1
-        total += cost[len(draft.tokens) + 1]
-        chooser.observe(draft.key, draft.drafter, len(draft.tokens), a, 0.0, cost[len(draft.tokens) + 1])
+        pass_cost = cost[len(draft.tokens) + 1]
+        total += pass_cost
+        chooser.observe(draft.key, draft.drafter, len(draft.tokens), a, 0.0, pass_cost, gen[pos : pos + a + 1])
         history += gen[pos : pos + a + 1]
         pos += a + 1
         drafter.accept(history, a)

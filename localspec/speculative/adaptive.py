@@ -7,6 +7,11 @@ draft position j is accepted given that positions < j were: E[accepted | k] = Σ
 verify(n) is measured per batch size (on CPU, batches of a multiple of 4 tokens are markedly cheaper: the
 curve is not linear) and can be seeded from a calibration. All estimates decay, so choices follow the text.
 k = 0 is a plain decoding step: a drafter that does not pay is switched off, and probed now and then.
+
+Cheap drafts (lookups) are learned in hindsight: the whole proposal, before it was trimmed to k, is compared with
+the tokens the target goes on to emit, which do not depend on the draft. So the chooser learns how far a kind of
+match really runs even while it drafts only 3 tokens, or none: without this, positions it never drafts never earn
+trust, and a long copy is verified 4 tokens at a time.
 """
 
 from __future__ import annotations
@@ -32,11 +37,15 @@ class _Survival:
     def update(self, accepted: int, drafted: int) -> None:
         # positions after the first rejection were never tested: they say nothing
         for j in range(min(drafted, accepted + 1)):
-            if j == len(self.reached):
-                self.reached.append(0.0)
-                self.accepted.append(0.0)
-            self.reached[j] = self.reached[j] * _DECAY + 1.0
-            self.accepted[j] = self.accepted[j] * _DECAY + (1.0 if j < accepted else 0.0)
+            self.record(j, j < accepted)
+
+    def record(self, j: int, accepted: bool) -> None:
+        """Position j was reached (every position before it accepted) and was, or was not, accepted."""
+        if j == len(self.reached):
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        self.reached[j] = self.reached[j] * _DECAY + 1.0
+        self.accepted[j] = self.accepted[j] * _DECAY + (1.0 if accepted else 0.0)
 
     def conditional(self, k: int) -> list[float]:
         """c_j for j < k: the chance position j is accepted when all before it were."""
@@ -58,6 +67,32 @@ class _Survival:
             total += survive
             out.append(total)
         return out
+
+
+@dataclass(slots=True)
+class _Watched:
+    """A cheap draft's full proposal, compared token by token with what the target emits next."""
+
+    key: str
+    tokens: list[int]
+    matched: int = 0
+
+    def advance(self, emitted: Sequence[int], survival: _Survival) -> bool:
+        """Score each position as soon as its token is known; True once the proposal is settled.
+
+        Scoring positions as they come, not whole proposals once settled, matters: a mismatch settles at once
+        while a proposal that keeps matching settles only after all its tokens, and counting only settled
+        proposals would hear the failures of a long copy before its successes.
+        """
+        for token in emitted:
+            ok = self.tokens[self.matched] == token
+            survival.record(self.matched, ok)
+            if not ok:
+                return True
+            self.matched += 1
+            if self.matched == len(self.tokens):
+                return True
+        return False
 
 
 @dataclass(slots=True)
@@ -103,6 +138,18 @@ class AdaptiveK:
         self._verify = _VerifyCost(dict(self._calibration))
         self._plain_steps: dict[str, int] = {}
         self._patience: dict[str, int] = {}
+        self.restart()
+
+    def restart(self) -> None:
+        """A new generation: proposals still waiting for their outcome belong to the old text."""
+        self._watched: list[_Watched] = []
+        self._watched_key: str | None = None  # this step's draft is learned in hindsight, not from its verdict
+
+    def watch(self, draft: Draft) -> None:
+        """Learn from the whole of a cheap proposal, whatever length it is trimmed to (see the module doc)."""
+        if draft.tokens:
+            self._watched.append(_Watched(draft.key, list(draft.tokens)))
+            self._watched_key = draft.key
 
     @property
     def calibrated(self) -> bool:
@@ -137,6 +184,8 @@ class AdaptiveK:
             if rate > best_rate:
                 best_k, best_rate = k, rate
         if best_k == 0:
+            if key == self._watched_key:
+                return 0  # learned in hindsight: a probe would pay to learn what the proposal teaches for free
             if not self._could_pay(cap, d):
                 return 0  # even a draft that is always right costs more than it saves: never probe
             waited = self._plain_steps.get(key, 0) + 1
@@ -156,11 +205,24 @@ class AdaptiveK:
         return any((1 + k) / (self._verify(k + 1) + k * draft_cost) > plain for k in range(1, cap + 1))
 
     def observe(
-        self, key: str, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float
+        self,
+        key: str,
+        drafter: str,
+        drafted: int,
+        accepted: int,
+        draft_seconds: float,
+        verify_seconds: float,
+        emitted: Sequence[int] = (),
     ) -> None:
+        """One step's outcome; ``emitted`` are the tokens it produced (accepted draft tokens, then the target's)."""
         self._verify.update(drafted + 1, verify_seconds)
-        if drafted:
+        if drafted and key != self._watched_key:
             self._survival.setdefault(key, _Survival()).update(accepted, drafted)
+        self._watched_key = None
+        self._watched = [
+            w for w in self._watched if not w.advance(emitted, self._survival.setdefault(w.key, _Survival()))
+        ]
+        if drafted:
             per_token = draft_seconds / drafted
             old = self._draft_cost.get(drafter)
             self._draft_cost[drafter] = per_token if old is None else _DECAY * old + (1 - _DECAY) * per_token
@@ -177,6 +239,7 @@ def draft_for(drafter: Drafter, history: Sequence[int], room: int, chooser: Adap
     if drafter.cheap:  # look first (free), then keep as much as the match kind has earned
         draft = drafter.propose(history, min(room, chooser.k_max))
         if draft.tokens and not draft.sized:
+            chooser.watch(draft)
             return draft.trimmed(chooser.best_k(draft.key, draft.drafter, len(draft)))
         return draft
     k = chooser.best_k(drafter.name, drafter.name, room)

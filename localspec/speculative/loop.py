@@ -80,7 +80,8 @@ class Generator:
         # roll back: keep the pending token and the accepted draft prefix, drop the rejected tail
         self._roll_back(n_cached + 1 + verdict.n_accepted)
         t2 = time.perf_counter()
-        self.chooser.observe(draft.key, draft.drafter, len(draft), verdict.n_accepted, t1 - t0, t2 - t1)
+        emitted = [*draft.tokens[: verdict.n_accepted], verdict.token]
+        self.chooser.observe(draft.key, draft.drafter, len(draft), verdict.n_accepted, t1 - t0, t2 - t1, emitted)
         return StepResult(draft, verdict, t1 - t0, t2 - t1)
 
     def _roll_back(self, n_keep: int) -> None:
@@ -107,6 +108,7 @@ class Generator:
         yield self._prefill(history, stats)
         if self.drafter is not None:
             self.drafter.begin(history)
+        self.chooser.restart()
         text = TextStream(self.vocab, settings.stop)
         reason = "length"
         start = time.perf_counter()
