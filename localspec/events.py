@@ -59,17 +59,27 @@ class Stats:
     generated_tokens: int = 0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
-    tokens_per_second: float = 0.0
     target_passes: int = 0
     drafted: int = 0
     accepted: int = 0
-    acceptance_rate: float = 0.0
-    mean_accepted_length: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     # accepted_by_position[i] = [accepted, drafted] for draft position i (0-based)
     accepted_by_position: list[list[int]] = field(default_factory=list)
     stop_reason: str = ""
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens gained per target pass: what a pass of the big model buys (1.0 = plain decoding)."""
+        return self.generated_tokens / self.target_passes if self.target_passes else 0.0
 
     def add_step(self, step: Step) -> None:
         self.target_passes += 1
@@ -85,20 +95,10 @@ class Stats:
             self.accepted_by_position[i][1] += 1
             if i < len(step.accepted):
                 self.accepted_by_position[i][0] += 1
-        self._derive()
-
-    def _derive(self) -> None:
-        self.acceptance_rate = self.accepted / self.drafted if self.drafted else 0.0
-        # tokens gained per target pass: what a pass of the big model buys (1.0 = plain decoding)
-        self.mean_accepted_length = self.generated_tokens / self.target_passes if self.target_passes else 0.0
-        self.tokens_per_second = self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-    def set_decode_seconds(self, seconds: float) -> None:
-        self.decode_seconds = seconds
-        self._derive()
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        rates = ("tokens_per_second", "acceptance_rate", "mean_accepted_length")
+        return {**asdict(self), **{name: getattr(self, name) for name in rates}}
 
 
 @dataclass(frozen=True, slots=True)

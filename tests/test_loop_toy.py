@@ -122,4 +122,7 @@ def test_seeded_sampling_with_ngram_drafts_gives_exactly_the_plain_sampled_text(
         plain, _, _ = run("none", prompt, None, sampling=s)
         spec, steps, _ = run("ngram", prompt, k, sampling=s)
         assert spec == plain
-    assert any(step.accepted for step in steps) or k == 1
+    # fixed k must have verified drafts for the equality to mean anything (k = 1 rarely hits on random text);
+    # adaptive k may rightly never draft here, depending on the toy's measured (wall-clock) costs
+    if k is not None and k > 1:
+        assert any(step.accepted for step in steps)

@@ -139,7 +139,7 @@ class Generator:
         # keep the invariant for the next call: the cache holds history[:-1]
         self.target.truncate(len(history) - 1)
         stats.stop_reason = reason
-        stats.set_decode_seconds(time.perf_counter() - start)
+        stats.decode_seconds = time.perf_counter() - start
         yield Finished(reason, stats, "" if reason == "stop" else text.flush())
 
     def _prefill(self, history: list[int], stats: Stats) -> Prefill:
