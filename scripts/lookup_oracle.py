@@ -3,7 +3,10 @@
 
 Generates each suite prompt's greedy target-only output once, measures what a target pass costs per batch size
 (speculative/calibrate.py), then replays the outputs offline — no timing noise — with
-  - localspec's NgramDrafter + AdaptiveK (seeded with the measured costs), and
+  - localspec's NgramDrafter + AdaptiveK (seeded with the measured costs),
+  - llama.cpp's `llama-lookup` drafting, re-implemented from common/ngram-cache.cpp (the context n-gram cache
+    of 1- to 4-grams with token counts, its "lax" count/percent thresholds, up to 8 drafted tokens, no static or
+    dynamic cache files: the example's defaults), so the two drafters meet on the same outputs and costs, and
   - an oracle: at every step it copies from the earlier occurrence that continues correctly the longest
     (capped at 16 tokens) and drafts exactly that many tokens.
 Speedup = target-only cost / replayed cost, from the measured per-pass costs, and again from the costs NOTES.md
@@ -62,6 +65,48 @@ def replay_ngram(prompt: list[int], gen: list[int], cost: dict[int, float]) -> f
     return len(gen) * cost[1] / total
 
 
+def replay_llama_lookup(prompt: list[int], gen: list[int], cost: dict[int, float], n_draft: int = 8) -> float:
+    # common_ngram_cache_draft with only the context cache; thresholds per n-gram size 1..4 (the "lax" set)
+    min_samples, min_percent = (2, 2, 1, 1), (66, 50, 50, 50)
+    counts: dict[tuple[int, ...], dict[int, int]] = {}
+
+    def learn(seq: list[int], start: int) -> None:  # common_ngram_cache_update for the tokens from `start` on
+        for n in range(1, 5):
+            for i in range(max(start, n), len(seq)):
+                part = counts.setdefault(tuple(seq[i - n : i]), {})
+                part[seq[i]] = part.get(seq[i], 0) + 1
+
+    def next_token(seq: list[int]) -> int | None:
+        for n in range(4, 0, -1):  # the longest n-gram first
+            part = counts.get(tuple(seq[-n:]))
+            if not part:
+                continue
+            token, best = max(part.items(), key=lambda kv: kv[1])
+            total = sum(part.values())
+            if total >= min_samples[n - 1] and 100 * best >= min_percent[n - 1] * total:
+                return token
+        return None
+
+    history, pos, total = list(prompt), 0, 0.0
+    learn(history, 0)
+    while pos < len(gen):
+        draft: list[int] = []
+        while len(draft) < min(n_draft, len(gen) - pos - 1):
+            token = next_token(history + draft)
+            if token is None:
+                break
+            draft.append(token)
+        a = 0
+        while a < len(draft) and draft[a] == gen[pos + a]:
+            a += 1
+        total += cost[len(draft) + 1]
+        before = len(history)
+        history += gen[pos : pos + a + 1]
+        learn(history, before)
+        pos += a + 1
+    return len(gen) * cost[1] / total
+
+
 def replay_oracle(prompt: list[int], gen: list[int], cost: dict[int, float]) -> float:
     seq, start, pos, total = prompt + gen, len(prompt), 0, 0.0
     while pos < len(gen):
@@ -92,20 +137,20 @@ def main() -> None:
             prompt = rt.prompt_tokens(p.prompt)
             events = rt.generator.generate(prompt, GenerationSettings(max_tokens=p.max_tokens))
             gen = [t.id for e in events if isinstance(e, Step) for t in e.emitted]
-            rows.append((p.category, p.id, replay_ngram(prompt, gen, cost), replay_oracle(prompt, gen, cost),
-                         replay_ngram(prompt, gen, notes), replay_oracle(prompt, gen, notes)))
-    print(f"{'':31s} {'this machine':>20s}   {'NOTES.md costs':>20s}")
-    print(f"{'':31s} {'ngram':>9s} {'oracle':>10s}   {'ngram':>9s} {'oracle':>10s}")
+            rows.append((p.category, p.id, *(f(prompt, gen, c) for c in (cost, notes)
+                                             for f in (replay_ngram, replay_llama_lookup, replay_oracle))))
+    print(f"{'':31s} {'this machine':>31s}   {'NOTES.md costs':>31s}")
+    print(f"{'':31s} " + _cells(["ngram", "lookup", "oracle"] * 2))
     for category, pid, *speedups in rows:
         print(f"{pid:20s} {category:10s} " + _cells(speedups))
     for category in dict.fromkeys(r[0] for r in rows):
-        medians = [statistics.median(r[i] for r in rows if r[0] == category) for i in range(2, 6)]
+        medians = [statistics.median(r[i] for r in rows if r[0] == category) for i in range(2, 8)]
         print(f"{'median ' + category:31s} " + _cells(medians))
 
 
-def _cells(speedups: list[float]) -> str:
-    a, b, c, d = (f"{x:.2f}x" for x in speedups)
-    return f"{a:>9s} {b:>10s}   {c:>9s} {d:>10s}"
+def _cells(cells: list[float] | list[str]) -> str:
+    text = [c if isinstance(c, str) else f"{c:.2f}x" for c in cells]
+    return " ".join(f"{t:>10s}" for t in text[:3]) + "   " + " ".join(f"{t:>10s}" for t in text[3:])
 
 
 if __name__ == "__main__":
