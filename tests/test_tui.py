@@ -106,15 +106,20 @@ def test_answer_streams_with_accepted_drafts_styled(model_path: Path) -> None:
             # lossless: the same conversation decoded by the target alone gives the same text
             rt = app.rt
             assert rt is not None
-            rt.set_drafter("none")
             tokens = app._tokens(app.conversation.messages()[:-1])
-            plain = ""
-            for event in rt.generator.generate(tokens, app.options.generation):
-                if isinstance(event, Finished):
-                    plain += event.tail
-                elif hasattr(event, "emitted"):
-                    plain += "".join(t.text for t in event.emitted)
-            assert plain == generated
+
+            def plain_text() -> str:
+                rt.set_drafter("none")
+                plain = ""
+                for event in rt.generator.generate(tokens, app.options.generation):
+                    if isinstance(event, Finished):
+                        plain += event.tail
+                    elif hasattr(event, "emitted"):
+                        plain += "".join(t.text for t in event.emitted)
+                return plain
+
+            # on the app's engine thread, like all llama.cpp work (the context warns otherwise)
+            assert app._engine.submit(plain_text).result() == generated
 
     asyncio.run(scenario())
 

@@ -7,6 +7,8 @@ sync it to any token history by keeping the common prefix and decoding the rest.
 from __future__ import annotations
 
 import ctypes
+import threading
+import warnings
 from collections.abc import Sequence
 
 import llama_cpp
@@ -53,6 +55,7 @@ class Context:
         for i in range(n_batch):
             self._batch.seq_id[i][0] = 0
         self._logit_types: dict[int, type] = {}
+        self._thread: int | None = None  # the thread that decodes; see _check_thread
 
     @property
     def handle(self) -> llama_cpp.llama_context_p:
@@ -72,6 +75,8 @@ class Context:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode() needs at least one token")
+        if self._thread != threading.get_ident():
+            self._check_thread()
         if self.n_past + n > self.n_ctx:
             raise ContextFullError(
                 f"context full: {self.n_past + n} tokens do not fit in --ctx {self.n_ctx} "
@@ -96,6 +101,20 @@ class Context:
                 raise RuntimeError(f"llama_decode failed with code {rc}")
             self.tokens.extend(chunk)
         return self._logits(n if all_logits else 1)
+
+    def _check_thread(self) -> None:
+        # llama.cpp's CPU backend keeps an OpenMP thread team per calling thread: decoding from a second thread
+        # starts a second team, and on a small machine the two slow each other down for the rest of the process
+        # (measured: the chat ran at 57% of `run`). Keep all llama.cpp work on one thread.
+        me = threading.get_ident()
+        if self._thread is not None:
+            warnings.warn(
+                "this llama.cpp context is decoded from more than one thread, which slows llama.cpp down: "
+                "run all its work on one thread",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self._thread = me
 
     def _logits(self, rows: int) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits(self.handle)
