@@ -51,7 +51,8 @@ def user_errors() -> Iterator[None]:
     except UserError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except KeyboardInterrupt:
-        raise fail("interrupted", 130) from None
+        print("localspec: interrupted", file=sys.stderr)
+        raise typer.Exit(130) from None
 
 
 @contextmanager
