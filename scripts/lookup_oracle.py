@@ -5,8 +5,10 @@ Generates each suite prompt's greedy target-only output once, measures what a ta
 (speculative/calibrate.py), then replays the outputs offline — no timing noise — with
   - localspec's NgramDrafter + AdaptiveK (seeded with the measured costs),
   - llama.cpp's `llama-lookup` drafting, re-implemented from common/ngram-cache.cpp (the context n-gram cache
-    of 1- to 4-grams with token counts, its "lax" count/percent thresholds, up to 8 drafted tokens, no static or
-    dynamic cache files: the example's defaults), so the two drafters meet on the same outputs and costs, and
+    of 1- to 4-grams with token counts, its "lax" count/percent thresholds, no static or dynamic cache files),
+    with up to 8 drafted tokens (as NOTES.md measured it) and up to 16 (its current default, and localspec's
+    k_max), so the drafters meet on the same outputs and costs. Count ties go to the most recent continuation
+    (llama.cpp takes the first in hash-map order, which is unspecified), and
   - an oracle: at every step it copies from the earlier occurrence that continues correctly the longest
     (capped at 16 tokens) and drafts exactly that many tokens.
 Speedup = target-only cost / replayed cost, from the measured per-pass costs, and again from the costs NOTES.md
@@ -58,7 +60,7 @@ def replay_ngram(prompt: list[int], gen: list[int], cost: dict[int, float]) -> f
             a += 1
         pass_cost = cost[len(draft.tokens) + 1]
         total += pass_cost
-        chooser.observe(draft.key, draft.drafter, len(draft.tokens), a, 0.0, pass_cost, gen[pos : pos + a + 1])
+        chooser.observe(draft, a, 0.0, pass_cost, gen[pos : pos + a + 1])
         history += gen[pos : pos + a + 1]
         pos += a + 1
         drafter.accept(history, a)
@@ -68,21 +70,21 @@ def replay_ngram(prompt: list[int], gen: list[int], cost: dict[int, float]) -> f
 def replay_llama_lookup(prompt: list[int], gen: list[int], cost: dict[int, float], n_draft: int = 8) -> float:
     # common_ngram_cache_draft with only the context cache; thresholds per n-gram size 1..4 (the "lax" set)
     min_samples, min_percent = (2, 2, 1, 1), (66, 50, 50, 50)
-    counts: dict[tuple[int, ...], dict[int, int]] = {}
+    counts: dict[tuple[int, ...], dict[int, tuple[int, int]]] = {}  # n-gram -> next token -> (count, last seen)
 
     def learn(seq: list[int], start: int) -> None:  # common_ngram_cache_update for the tokens from `start` on
         for n in range(1, 5):
             for i in range(max(start, n), len(seq)):
                 part = counts.setdefault(tuple(seq[i - n : i]), {})
-                part[seq[i]] = part.get(seq[i], 0) + 1
+                part[seq[i]] = (part.get(seq[i], (0, 0))[0] + 1, i)
 
     def next_token(seq: list[int]) -> int | None:
         for n in range(4, 0, -1):  # the longest n-gram first
             part = counts.get(tuple(seq[-n:]))
             if not part:
                 continue
-            token, best = max(part.items(), key=lambda kv: kv[1])
-            total = sum(part.values())
+            token, (best, _) = max(part.items(), key=lambda kv: kv[1])
+            total = sum(c for c, _ in part.values())
             if total >= min_samples[n - 1] and 100 * best >= min_percent[n - 1] * total:
                 return token
         return None
@@ -137,20 +139,29 @@ def main() -> None:
             prompt = rt.prompt_tokens(p.prompt)
             events = rt.generator.generate(prompt, GenerationSettings(max_tokens=p.max_tokens))
             gen = [t.id for e in events if isinstance(e, Step) for t in e.emitted]
-            rows.append((p.category, p.id, *(f(prompt, gen, c) for c in (cost, notes)
-                                             for f in (replay_ngram, replay_llama_lookup, replay_oracle))))
-    print(f"{'':31s} {'this machine':>31s}   {'NOTES.md costs':>31s}")
-    print(f"{'':31s} " + _cells(["ngram", "lookup", "oracle"] * 2))
+            rows.append((p.category, p.id, *(f(prompt, gen, c) for c in (cost, notes) for f in REPLAYS.values())))
+    half = len(REPLAYS) * 11
+    print(f"{'':31s} {'this machine':>{half}s}   {'NOTES.md costs':>{half}s}")
+    print(f"{'':31s} " + _cells([*REPLAYS, *REPLAYS]))
     for category, pid, *speedups in rows:
         print(f"{pid:20s} {category:10s} " + _cells(speedups))
     for category in dict.fromkeys(r[0] for r in rows):
-        medians = [statistics.median(r[i] for r in rows if r[0] == category) for i in range(2, 8)]
+        medians = [statistics.median(r[i] for r in rows if r[0] == category) for i in range(2, 2 + 2 * len(REPLAYS))]
         print(f"{'median ' + category:31s} " + _cells(medians))
+
+
+REPLAYS = {
+    "ngram": replay_ngram,
+    "lookup/8": replay_llama_lookup,
+    "lookup/16": lambda prompt, gen, cost: replay_llama_lookup(prompt, gen, cost, n_draft=16),
+    "oracle": replay_oracle,
+}
 
 
 def _cells(cells: list[float] | list[str]) -> str:
     text = [c if isinstance(c, str) else f"{c:.2f}x" for c in cells]
-    return " ".join(f"{t:>10s}" for t in text[:3]) + "   " + " ".join(f"{t:>10s}" for t in text[3:])
+    n = len(REPLAYS)
+    return " ".join(f"{t:>10s}" for t in text[:n]) + "   " + " ".join(f"{t:>10s}" for t in text[n:])
 
 
 if __name__ == "__main__":

@@ -62,3 +62,15 @@ def test_a_long_context_is_indexed_incrementally() -> None:
     repeat = history[:8]
     history = history + repeat
     assert d.propose(history, 4).tokens == history[8:12]
+
+
+def test_tokens_from_another_drafter_do_not_start_a_follow() -> None:
+    # under `auto`, a trimmed-away lookup leaves the step to the draft model: its accepted tokens are not the
+    # source's, even when the target's own token happens to continue the source where the count lands
+    d = NgramDrafter(max_n=2)
+    history = [1, 2, 3, 4, 5, 9, 6, 7, 1, 2, 3]
+    d.begin(history)
+    assert d.propose(history, 4).tokens == [4, 5, 9, 6]
+    history += [7, 8, 9]  # the model's 7 and 8 accepted, then the target's 9 (the source's third token)
+    d.accept(history, 2)
+    assert d.propose(history, 4).key != "ngram/follow"

@@ -63,8 +63,8 @@ def ctrl_c_as_request() -> Iterator[Callable[[], bool]]:
     generation's final stats are lost. A polled flag lets the loop finish its step and report.
     """
     requested = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield requested.is_set
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield requested.is_set  # signals go to the main thread only; an ignored SIGINT (a background job) stays so
         return
 
     def on_sigint(signum: int, frame: object) -> None:
@@ -76,7 +76,8 @@ def ctrl_c_as_request() -> Iterator[Callable[[], bool]]:
     try:
         yield requested.is_set
     finally:
-        signal.signal(signal.SIGINT, previous)
+        # None: the old handler was installed from C and cannot be put back; Python's default is the next best
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
 def _register() -> None:

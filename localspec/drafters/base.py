@@ -7,7 +7,7 @@ A drafter sees only the accepted token history; it never touches the target's co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from localspec.sampling import Distribution
@@ -22,6 +22,7 @@ class Draft:
     drafter: str = ""
     key: str = ""  # what the adaptive chooser learns acceptance under (e.g. "ngram/3": a 3-token match)
     sized: bool = False  # the length was already chosen for cost (a model drafter's k); do not trim again
+    watched: bool = False  # the untrimmed proposal is learned in hindsight (AdaptiveK.watch), not from the verdict
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -30,7 +31,7 @@ class Draft:
         if k >= len(self.tokens):
             return self
         dists = self.dists[:k] if self.dists is not None else None
-        return Draft(self.tokens[:k], dists, self.drafter, self.key, self.sized)
+        return replace(self, tokens=self.tokens[:k], dists=dists)
 
 
 class Drafter(Protocol):

@@ -84,11 +84,12 @@ class NgramDrafter:
         source, self._follow = self._source, None
         if source is None:
             return
-        # the target's own token ends every step; if it continues the source too, the whole draft (as long as
-        # the loop kept it) matched as well, and the source is worth following
-        nxt = source + n_accepted
-        if nxt < len(self._tokens) - 1 and self._tokens[nxt] == self._tokens[-1]:
-            self._follow = nxt + 1
+        # the step's tokens (accepted draft, then the target's own) all continue the source: keep following it.
+        # Compare them all: under `auto` the accepted tokens may have come from another drafter.
+        n = n_accepted + 1
+        nxt = source + n
+        if nxt < len(self._tokens) and self._tokens[source:nxt] == self._tokens[-n:]:
+            self._follow = nxt
 
     def close(self) -> None:
         self._tokens = []

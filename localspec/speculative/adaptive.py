@@ -9,15 +9,17 @@ curve is not linear) and can be seeded from a calibration. All estimates decay, 
 k = 0 is a plain decoding step: a drafter that does not pay is switched off, and probed now and then.
 
 Cheap drafts (lookups) are learned in hindsight: the whole proposal, before it was trimmed to k, is compared with
-the tokens the target goes on to emit, which do not depend on the draft. So the chooser learns how far a kind of
-match really runs even while it drafts only 3 tokens, or none: without this, positions it never drafts never earn
-trust, and a long copy is verified 4 tokens at a time.
+the tokens the target goes on to emit. Those do not depend on the draft: greedy tokens are the target's argmax
+(up to the batch-vs-single numerics), and sampled tokens verified against a one-hot draft are drawn from the
+position's own random stream (verify.py). So the chooser learns how far a kind of match really runs even while it
+drafts only 3 tokens, or none: without this, positions it never drafts never earn trust, and a long copy is
+verified 4 tokens at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from localspec.drafters.base import Draft, Drafter
 
@@ -143,13 +145,13 @@ class AdaptiveK:
     def restart(self) -> None:
         """A new generation: proposals still waiting for their outcome belong to the old text."""
         self._watched: list[_Watched] = []
-        self._watched_key: str | None = None  # this step's draft is learned in hindsight, not from its verdict
 
     def watch(self, draft: Draft) -> None:
-        """Learn from the whole of a cheap proposal, whatever length it is trimmed to (see the module doc)."""
+        """Learn from the whole of a cheap proposal, whatever length it is trimmed to (see the module doc).
+
+        The draft the step then verifies must be marked ``watched`` so that its verdict is not counted twice."""
         if draft.tokens:
             self._watched.append(_Watched(draft.key, list(draft.tokens)))
-            self._watched_key = draft.key
 
     @property
     def calibrated(self) -> bool:
@@ -167,8 +169,9 @@ class AdaptiveK:
         self._drafter_calibration[drafter] = seconds_per_token
         self._draft_cost.setdefault(drafter, seconds_per_token)
 
-    def best_k(self, key: str, drafter: str, limit: int | None = None) -> int:
-        """The k that maximises expected tokens per second for drafts of kind ``key``."""
+    def best_k(self, key: str, drafter: str, limit: int | None = None, *, watched: bool = False) -> int:
+        """The k that maximises expected tokens per second for drafts of kind ``key`` (``watched``: learned in
+        hindsight, so never worth a probe)."""
         cap = self.k_max if limit is None else min(limit, self.k_max)
         if self.fixed is not None:
             return min(self.fixed, cap)
@@ -184,8 +187,8 @@ class AdaptiveK:
             if rate > best_rate:
                 best_k, best_rate = k, rate
         if best_k == 0:
-            if key == self._watched_key:
-                return 0  # learned in hindsight: a probe would pay to learn what the proposal teaches for free
+            if watched:
+                return 0  # a probe would pay to learn what the proposal teaches for free
             if not self._could_pay(cap, d):
                 return 0  # even a draft that is always right costs more than it saves: never probe
             waited = self._plain_steps.get(key, 0) + 1
@@ -205,20 +208,13 @@ class AdaptiveK:
         return any((1 + k) / (self._verify(k + 1) + k * draft_cost) > plain for k in range(1, cap + 1))
 
     def observe(
-        self,
-        key: str,
-        drafter: str,
-        drafted: int,
-        accepted: int,
-        draft_seconds: float,
-        verify_seconds: float,
-        emitted: Sequence[int] = (),
+        self, draft: Draft, accepted: int, draft_seconds: float, verify_seconds: float, emitted: Sequence[int]
     ) -> None:
         """One step's outcome; ``emitted`` are the tokens it produced (accepted draft tokens, then the target's)."""
+        drafted, drafter = len(draft), draft.drafter
         self._verify.update(drafted + 1, verify_seconds)
-        if drafted and key != self._watched_key:
-            self._survival.setdefault(key, _Survival()).update(accepted, drafted)
-        self._watched_key = None
+        if drafted and not draft.watched:
+            self._survival.setdefault(draft.key, _Survival()).update(accepted, drafted)
         self._watched = [
             w for w in self._watched if not w.advance(emitted, self._survival.setdefault(w.key, _Survival()))
         ]
@@ -240,7 +236,8 @@ def draft_for(drafter: Drafter, history: Sequence[int], room: int, chooser: Adap
         draft = drafter.propose(history, min(room, chooser.k_max))
         if draft.tokens and not draft.sized:
             chooser.watch(draft)
-            return draft.trimmed(chooser.best_k(draft.key, draft.drafter, len(draft)))
+            k = chooser.best_k(draft.key, draft.drafter, len(draft), watched=True)
+            return replace(draft.trimmed(k), watched=True)
         return draft
     k = chooser.best_k(drafter.name, drafter.name, room)
     return drafter.propose(history, k) if k else Draft(drafter=drafter.name, key=drafter.name)

@@ -16,7 +16,9 @@ from localspec.engine import Context, library_version
 from localspec.hub import atomic_write_text
 from localspec.paths import cache_dir
 
-_REPEATS = 3  # the fastest of these: timing noise only ever adds
+# The fastest of these: timing noise only ever adds. The chooser starts from these minima and moves each batch size
+# it uses towards typical live costs, so batch sizes it has not tried look a little cheap until it tries them.
+_REPEATS = 3
 _METHOD = "min3"  # in the cache file's name: figures measured another way are not reused
 
 

@@ -81,7 +81,7 @@ class Generator:
         self._roll_back(n_cached + 1 + verdict.n_accepted)
         t2 = time.perf_counter()
         emitted = [*draft.tokens[: verdict.n_accepted], verdict.token]
-        self.chooser.observe(draft.key, draft.drafter, len(draft), verdict.n_accepted, t1 - t0, t2 - t1, emitted)
+        self.chooser.observe(draft, verdict.n_accepted, t1 - t0, t2 - t1, emitted)
         return StepResult(draft, verdict, t1 - t0, t2 - t1)
 
     def _roll_back(self, n_keep: int) -> None:
