@@ -154,12 +154,41 @@ def ensure_default_model(progress: bool = True) -> Path:
 
 
 def _sidecar_matches(sidecar: Path, target: Path, expected: str) -> bool:
+    return _recorded_sha256(sidecar, target) == expected
+
+
+def _recorded_sha256(sidecar: Path, target: Path) -> str | None:
+    """The sha256 a sidecar records for ``target``, if the file still has the size and mtime it had then."""
     try:
         data = json.loads(sidecar.read_text())
         st = target.stat()
     except (OSError, ValueError):
-        return False
-    return data == {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": expected}
+        return None
+    if not isinstance(data, dict) or (data.get("size"), data.get("mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return None
+    sha = data.get("sha256")
+    return sha if _is_sha256(sha) else None
+
+
+def known_sha256(path: Path) -> str:
+    """A model file's sha256, hashing it only when nothing already knows it: a blob in the Hugging Face cache is
+    named by it, the embedded model's sidecar records it, and other files are remembered per (size, mtime)."""
+    blob = path.resolve().name
+    if _is_sha256(blob):
+        return blob.lower()
+    for sidecar in (path.with_name(path.name + ".verified.json"), _hash_memo(path)):
+        sha = _recorded_sha256(sidecar, path)
+        if sha is not None:
+            return sha
+    sha = sha256_file(path)
+    _write_sidecar(_hash_memo(path), path, sha)
+    return sha
+
+
+def _hash_memo(path: Path) -> Path:
+    from localspec.paths import cache_dir
+
+    return cache_dir() / "hashes" / (hashlib.sha1(str(path.resolve()).encode()).hexdigest() + ".json")
 
 
 def _write_sidecar(sidecar: Path, target: Path, sha: str) -> None:

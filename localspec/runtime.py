@@ -12,11 +12,12 @@ from pathlib import Path
 
 from localspec.drafters.auto import AutoDrafter
 from localspec.drafters.base import Drafter
-from localspec.drafters.early_exit import content_hash, default_exit_layer, early_exit_model
+from localspec.drafters.early_exit import default_exit_layer, early_exit_model
 from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Message, Model
 from localspec.errors import UserError
+from localspec.hub import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
 from localspec.speculative.adaptive import AdaptiveK
@@ -133,7 +134,7 @@ def _open_drafter(
             Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
         )
         if speculation.k is None:  # the adaptive chooser should know what a drafted token costs before trying
-            costs = verify_costs(ctx, content_hash(path), runtime.threads(), runtime.n_gpu_layers, 1)
+            costs = verify_costs(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, 1)
             chooser.calibrate_drafter(name, costs[1])
         return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
 
@@ -154,5 +155,5 @@ def _calibrate(
 ) -> None:
     if chooser.calibrated or speculation.k is not None:  # a fixed k needs no cost model
         return
-    costs = verify_costs(ctx, content_hash(target.path), runtime.threads(), runtime.n_gpu_layers, speculation.k_max + 1)
+    costs = verify_costs(ctx, known_sha256(target.path), runtime.threads(), runtime.n_gpu_layers, speculation.k_max + 1)
     chooser.calibrate(costs)

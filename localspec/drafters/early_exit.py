@@ -6,8 +6,6 @@ name derived from the target's content hash and L, checked, and reused by every 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 from localspec.engine.rewrite import copy_model
 from localspec.errors import UserError
 from localspec.gguf_header import ArrayLength, read_header
-from localspec.hub import atomic_write_text, sha256_file
+from localspec.hub import known_sha256
 from localspec.paths import cache_dir
 
 
@@ -24,27 +22,11 @@ def default_exit_layer(n_layer: int) -> int:
     return max(1, n_layer // 3)
 
 
-def content_hash(path: Path) -> str:
-    """sha256 of the file, remembered per (path, size, mtime) so a 250 MB model is hashed once."""
-    st = path.stat()
-    memo = cache_dir() / "hashes" / (hashlib.sha1(str(path.resolve()).encode()).hexdigest() + ".json")
-    key = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    try:
-        data = json.loads(memo.read_text())
-        if data.get("key") == key:
-            return str(data["sha256"])
-    except (OSError, ValueError, KeyError):
-        pass
-    sha = sha256_file(path)
-    atomic_write_text(memo, json.dumps({"key": key, "sha256": sha}))
-    return sha
-
-
 def early_exit_model(target: Path, exit_layer: int, n_layer: int) -> Path:
     """The path of the target truncated to ``exit_layer`` blocks, building it on first use."""
     if not (1 <= exit_layer < n_layer):
         raise UserError(f"--exit-layer must be between 1 and {n_layer - 1} for this {n_layer}-layer model")
-    out = cache_dir() / "early-exit" / f"{content_hash(target)[:16]}-L{exit_layer}.gguf"
+    out = cache_dir() / "early-exit" / f"{known_sha256(target)[:16]}-L{exit_layer}.gguf"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
