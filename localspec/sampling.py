@@ -88,14 +88,6 @@ def shape(row: np.ndarray, s: SamplingSettings) -> Distribution:
     return Distribution.of(ids, _softmax(logits / temperature))
 
 
-def pick(row: np.ndarray, s: SamplingSettings, rng: np.random.Generator) -> tuple[int, Distribution | None]:
-    """The next token from one logits row, with its distribution when sampling (None when greedy)."""
-    if s.greedy:
-        return greedy(row), None
-    dist = shape(row, s)
-    return dist.sample(rng), dist
-
-
 def make_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 

@@ -20,7 +20,6 @@ from localspec.bench.suite import BenchPrompt, Suite
 from localspec.errors import UserError
 from localspec.events import Finished, Step
 from localspec.settings import DRAFTERS, GenerationSettings
-from localspec.speculative.adaptive import AdaptiveK
 
 if TYPE_CHECKING:
     from localspec.runtime import Runtime
@@ -157,14 +156,9 @@ class Bench:
 
     def _fresh_chooser(self) -> None:
         # The adaptive chooser learns acceptance and costs across generations; a per-drafter measurement must not
-        # inherit what an earlier run (or another drafter) taught it. Re-initialise it in place rather than
-        # replacing it: the auto drafter holds a reference to the same object.
-        chooser = self.rt.generator.chooser
-        reset = getattr(chooser, "reset", None)
-        if callable(reset):
-            reset()
-        else:
-            AdaptiveK.__init__(chooser, k_max=chooser.k_max, fixed=chooser.fixed)
+        # inherit what an earlier run (or another drafter) taught it. Reset in place (back to its calibration):
+        # the auto drafter holds a reference to the same object.
+        self.rt.generator.chooser.reset()
 
     def _gap(self, baseline: RunRecord, run: RunRecord, div: Divergence) -> float | None:
         """Re-decode prompt + the common prefix in one batch and compare the two candidates' logits."""

@@ -85,11 +85,7 @@ def _register() -> None:
     import importlib
 
     for name in ("run", "pull", "models", "bench", "chat"):
-        try:
-            importlib.import_module(f"localspec.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"localspec.cli.{name}":
-                raise
+        importlib.import_module(f"localspec.cli.{name}")
 
 
 _register()

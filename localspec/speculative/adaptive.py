@@ -49,22 +49,15 @@ class _Survival:
         self.reached[j] = self.reached[j] * _DECAY + 1.0
         self.accepted[j] = self.accepted[j] * _DECAY + (1.0 if accepted else 0.0)
 
-    def conditional(self, k: int) -> list[float]:
-        """c_j for j < k: the chance position j is accepted when all before it were."""
-        out: list[float] = []
-        prior = 0.5
-        for j in range(k):
-            n = self.reached[j] if j < len(self.reached) else 0.0
-            a = self.accepted[j] if j < len(self.accepted) else 0.0
-            c = (a + 2.0 * prior) / (n + 2.0)
-            out.append(c)
-            prior = c
-        return out
-
     def expected_accepted(self, k: int) -> list[float]:
-        """E[accepted] for every draft length 0..k."""
-        out, survive, total = [0.0], 1.0, 0.0
-        for c in self.conditional(k):
+        """E[accepted] for every draft length 0..k: the sum over positions of the chance all up to it survive.
+
+        c_j, the chance position j is accepted when all before it were, is estimated with c_{j-1} as its prior."""
+        out, survive, total, c = [0.0], 1.0, 0.0, 0.5
+        seen = len(self.reached)
+        for j in range(k):
+            n, a = (self.reached[j], self.accepted[j]) if j < seen else (0.0, 0.0)
+            c = (a + 2.0 * c) / (n + 2.0)
             survive *= c
             total += survive
             out.append(total)
@@ -75,11 +68,11 @@ class _Survival:
 class _Watched:
     """A cheap draft's full proposal, compared token by token with what the target emits next."""
 
-    key: str
     tokens: list[int]
+    survival: _Survival  # where the outcome of each position goes
     matched: int = 0
 
-    def advance(self, emitted: Sequence[int], survival: _Survival) -> bool:
+    def advance(self, emitted: Sequence[int]) -> bool:
         """Score each position as soon as its token is known; True once the proposal is settled.
 
         Scoring positions as they come, not whole proposals once settled, matters: a mismatch settles at once
@@ -88,7 +81,7 @@ class _Watched:
         """
         for token in emitted:
             ok = self.tokens[self.matched] == token
-            survival.record(self.matched, ok)
+            self.survival.record(self.matched, ok)
             if not ok:
                 return True
             self.matched += 1
@@ -151,7 +144,13 @@ class AdaptiveK:
 
         The draft the step then verifies must be marked ``watched`` so that its verdict is not counted twice."""
         if draft.tokens:
-            self._watched.append(_Watched(draft.key, list(draft.tokens)))
+            self._watched.append(_Watched(draft.tokens, self._survival_of(draft.key)))
+
+    def _survival_of(self, key: str) -> _Survival:
+        survival = self._survival.get(key)
+        if survival is None:
+            survival = self._survival[key] = _Survival()
+        return survival
 
     @property
     def calibrated(self) -> bool:
@@ -179,17 +178,20 @@ class AdaptiveK:
             return 0
         if not self._verify.known():
             return min(_PROBE_K, cap)  # nothing measured yet: a modest draft measures the costs
-        expected = self._survival.setdefault(key, _Survival()).expected_accepted(cap)
+        expected = self._survival_of(key).expected_accepted(cap)
         d = self._draft_cost.get(drafter, 0.0)
-        best_k, best_rate = 0, 1.0 / self._verify(1)
+        plain = 1.0 / self._verify(1)
+        best_k, best_rate, could_pay = 0, plain, False
         for k in range(1, cap + 1):
-            rate = (1.0 + expected[k]) / (self._verify(k + 1) + k * d)
+            seconds = self._verify(k + 1) + k * d
+            rate = (1.0 + expected[k]) / seconds
             if rate > best_rate:
                 best_k, best_rate = k, rate
+            could_pay = could_pay or (1 + k) / seconds > plain  # if every drafted token were accepted
         if best_k == 0:
             if watched:
                 return 0  # a probe would pay to learn what the proposal teaches for free
-            if not self._could_pay(cap, d):
+            if not could_pay:
                 return 0  # even a draft that is always right costs more than it saves: never probe
             waited = self._plain_steps.get(key, 0) + 1
             self._plain_steps[key] = waited
@@ -203,10 +205,6 @@ class AdaptiveK:
         self._patience.pop(key, None)
         return best_k
 
-    def _could_pay(self, cap: int, draft_cost: float) -> bool:
-        plain = 1.0 / self._verify(1)
-        return any((1 + k) / (self._verify(k + 1) + k * draft_cost) > plain for k in range(1, cap + 1))
-
     def observe(
         self, draft: Draft, accepted: int, draft_seconds: float, verify_seconds: float, emitted: Sequence[int]
     ) -> None:
@@ -214,10 +212,8 @@ class AdaptiveK:
         drafted, drafter = len(draft), draft.drafter
         self._verify.update(drafted + 1, verify_seconds)
         if drafted and not draft.watched:
-            self._survival.setdefault(draft.key, _Survival()).update(accepted, drafted)
-        self._watched = [
-            w for w in self._watched if not w.advance(emitted, self._survival.setdefault(w.key, _Survival()))
-        ]
+            self._survival_of(draft.key).update(accepted, drafted)
+        self._watched = [w for w in self._watched if not w.advance(emitted)]
         if drafted:
             per_token = draft_seconds / drafted
             old = self._draft_cost.get(drafter)

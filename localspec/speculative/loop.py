@@ -44,6 +44,7 @@ class TokenInfo(Protocol):
 class StepResult:
     draft: Draft
     verdict: Verdict
+    emitted: list[int]  # the accepted draft tokens, then the target's own
     draft_seconds: float
     verify_seconds: float
 
@@ -82,7 +83,7 @@ class Generator:
         t2 = time.perf_counter()
         emitted = [*draft.tokens[: verdict.n_accepted], verdict.token]
         self.chooser.observe(draft, verdict.n_accepted, t1 - t0, t2 - t1, emitted)
-        return StepResult(draft, verdict, t1 - t0, t2 - t1)
+        return StepResult(draft, verdict, emitted, t1 - t0, t2 - t1)
 
     def _roll_back(self, n_keep: int) -> None:
         try:
@@ -159,10 +160,9 @@ class Generator:
     def _emit(self, result: StepResult, text: TextStream, budget: int) -> tuple[Step, str | None]:
         """Turn a verified step into tokens, stopping at end-of-generation, a stop string or the token budget."""
         n = result.verdict.n_accepted
-        ids = [*result.draft.tokens[:n], result.verdict.token]
         out: list[Token] = []
         ended: str | None = None
-        for i, token in enumerate(ids):
+        for i, token in enumerate(result.emitted):
             if self.vocab.is_eog(token):
                 ended = "eog"
                 break

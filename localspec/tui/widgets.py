@@ -6,7 +6,6 @@ appends whole lines, and one widget per token would make layout cost grow with t
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -351,7 +350,3 @@ class ContextFullScreen(ModalScreen[str]):
 
     def action_choose(self, choice: str) -> None:
         self.dismiss(choice)
-
-
-def now() -> float:
-    return time.perf_counter()
