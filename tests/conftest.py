@@ -49,3 +49,14 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def assert_one_line_error(code: int, stderr: str, *fragments: str) -> None:
+    """What every bad input must give: exit code 2 and one `localspec: error:` line naming the problem."""
+    assert code == 2, (code, stderr)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("localspec: error:"), lines[0]
+    assert "Traceback" not in stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

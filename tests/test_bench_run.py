@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from localspec.bench.runner import Job, parse_drafters, schedule
 from localspec.cli import app
 from localspec.errors import UserError
+from tests.conftest import assert_one_line_error
 
 
 def test_schedule_is_repeat_major_prompt_then_rotated_drafters() -> None:
@@ -63,9 +64,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
     paths = {"missing": str(tmp_path / "none.jsonl"), "bad": str(_suite(tmp_path, good + "{oops\n")),
              "empty": str(_suite(tmp_path, "\n", "empty.jsonl"))}
     result = CliRunner().invoke(app, ["bench", *(a.format(**paths) for a in args)])
-    assert result.exit_code == 2, result.output
-    assert message in result.stderr
-    assert result.stderr.count("\n") == 1
+    assert_one_line_error(result.exit_code, result.stderr, message)
 
 
 def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> None:

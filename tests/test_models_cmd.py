@@ -12,6 +12,7 @@ from localspec import hub
 from localspec.cli import app
 from localspec.errors import ModelLoadError
 from localspec.gguf_header import check_complete, is_gguf, read_header
+from tests.conftest import assert_one_line_error
 from tests.hub_server import HubServer, make_gguf
 
 
@@ -118,6 +119,4 @@ def test_models_reports_a_broken_user_file_in_one_line(env: Path) -> None:
     config.mkdir(parents=True)
     (config / "models.toml").write_text("[models.x]\nrepo = 'a/b'\nfile = \n")
     result = CliRunner().invoke(app, ["models"])
-    assert result.exit_code == 2
-    assert result.stderr.strip().count("\n") == 0
-    assert f"{config / 'models.toml'}:3: invalid TOML" in result.stderr
+    assert_one_line_error(result.exit_code, result.stderr, f"{config / 'models.toml'}:3: invalid TOML")

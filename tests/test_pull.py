@@ -15,6 +15,7 @@ import pytest
 
 from localspec import hub
 from localspec.errors import UserError
+from tests.conftest import assert_one_line_error as one_line_error
 from tests.conftest import interruptible
 from tests.hub_server import HubFile, HubServer, make_gguf
 
@@ -70,12 +71,7 @@ def cli(env: Path, server: HubServer | None, *args: str, **extra: str) -> subpro
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("localspec: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
+    one_line_error(proc.returncode, proc.stderr, *needles)
 
 
 # ---- downloads ------------------------------------------------------------------------------------------------

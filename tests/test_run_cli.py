@@ -12,19 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import interruptible, localspec
+from tests.conftest import Result, interruptible, localspec
+from tests.conftest import assert_one_line_error as one_line_error
 
 PARIS = "Question: What is the capital of France?\nAnswer:"
 
 
-def assert_one_line_error(result, *fragments: str) -> None:  # type: ignore[no-untyped-def]
-    assert result.code == 2, (result.code, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("localspec: error:"), lines[0]
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+def assert_one_line_error(result: Result, *fragments: str) -> None:
+    one_line_error(result.code, result.stderr, *fragments)
 
 
 def test_greedy_answer_is_sensible_and_deterministic(model_path: Path) -> None:
