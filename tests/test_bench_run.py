@@ -82,6 +82,9 @@ def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["model"] and set(doc["machine"]) == {"cpu", "threads", "gpu_layers", "llama_cpp_version"}
+    # the recorded command reproduces the run: every option given, the context size included
+    assert doc["command"] == (f"localspec bench --suite {suite} --drafters none,ngram --repeat 1 --ctx 512 "
+                              f"--gpu-layers 0 --out {out}")
     assert {(r["prompt_id"], r["drafter"]) for r in doc["results"]} == {
         (p, d) for p in ("copy", "ask") for d in ("none", "ngram")}
     for r in doc["results"]:

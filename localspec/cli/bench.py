@@ -111,7 +111,10 @@ def bench(
         speculation = SpeculationSettings(drafter="none", draft_model=draft, k=k, exit_layer=exit_layer)
         for part in (runtime, speculation):
             part.validate()
-        command = _command(suite, model, draft, drafters, repeat, max_tokens, k, exit_layer, anchors, out)
+        command = _command(
+            suite=suite, profile=profile, model=model, draft=draft, drafters=drafters, repeat=repeat,
+            max_tokens=max_tokens, k=k, exit_layer=exit_layer, ctx=ctx, threads=threads, gpu_layers=gpu_layers, out=out,
+        ) + (" --anchors" if anchors else "")
 
         with Runtime.open(model, runtime, speculation, SamplingSettings()) as rt:
             for notice in rt.notices:
@@ -199,15 +202,10 @@ def _note(line: str) -> None:
     print(line, file=sys.stderr)  # plain, not rich: messages are never wrapped or styled
 
 
-def _command(suite: Path | None, model: str | None, draft: str | None, drafters: str | None, repeat: int,
-             max_tokens: int | None, k: int | None, exit_layer: int | None, anchors: bool, out: Path | None) -> str:
-    """The command line that reproduces this run (recorded in the report), from the options that were given."""
+def _command(**given: object) -> str:
+    """The command line that reproduces this run (recorded in the report): every option that was given."""
     parts = ["localspec", "bench"]
-    for flag, value in (("--suite", suite), ("--model", model), ("--draft", draft), ("--drafters", drafters),
-                        ("--repeat", repeat), ("--max-tokens", max_tokens), ("--k", k), ("--exit-layer", exit_layer),
-                        ("--out", out)):
+    for name, value in given.items():
         if value is not None:
-            parts += [flag, shlex.quote(str(value))]
-    if anchors:
-        parts.append("--anchors")
+            parts += [f"--{name.replace('_', '-')}", shlex.quote(str(value))]
     return " ".join(parts)
