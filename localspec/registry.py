@@ -94,22 +94,33 @@ def shipped_registry_path() -> Path:
     return Path(str(resources.files("localspec").joinpath("models.toml")))
 
 
-_reported: set[str] = set()  # warnings already shown in this process (the registry is loaded more than once)
+_loaded: dict[tuple[Path, int, int], Registry] = {}
 
 
-def load_registry(*, user_file: Path | None = None, report: bool = True) -> Registry:
-    """Read the shipped registry, then the user's file over it; print new warnings to stderr if ``report``."""
+def load_registry() -> Registry:
+    """The shipped registry with the user's file over it; its warnings go to stderr when it is first read.
+
+    Read once per version of the user's file (path, size, mtime): one command resolves several names."""
+    user = user_registry_path()
+    try:
+        st = user.stat()
+        key = (user, st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = (user, -1, -1)
+    reg = _loaded.get(key)
+    if reg is None:
+        reg = _loaded[key] = _read_registry(user)
+        for w in reg.warnings:
+            print(f"localspec: warning: {w}", file=sys.stderr)
+    return reg
+
+
+def _read_registry(user: Path) -> Registry:
     reg = Registry()
     _merge(reg, shipped_registry_path())
-    user = user_file or user_registry_path()
     if user.exists():
         _merge(reg, user)
     _check_references(reg)
-    if report:
-        for w in reg.warnings:
-            if w not in _reported:
-                _reported.add(w)
-                print(f"localspec: warning: {w}", file=sys.stderr)
     return reg
 
 
