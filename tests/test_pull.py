@@ -264,8 +264,10 @@ def test_cli_pull_profile_by_name_pulls_target_and_draft(server: HubServer, env:
     assert all(Path(p).is_file() for p in paths)
     assert "big: downloaded and verified" in proc.stderr
 
+    before = len(server.requests)
     again = cli(env, server, "pull", "big", "--quiet")
     assert again.returncode == 0 and "big: already downloaded" in again.stderr
+    assert len(server.requests) - before == 1, server.requests[before:]  # docs/models.md: "costs one request"
 
 
 def test_cli_pull_repo_lists_files_and_picks_quant(server: HubServer, env: Path) -> None:
