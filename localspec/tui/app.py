@@ -1,9 +1,10 @@
 """`localspec chat`: a Textual app that shows speculative decoding as it happens.
 
-Threads: the model is opened and every answer generated in a thread worker; the worker never touches a widget.
-It appends each Step to a deque and posts a handful of messages (ready, prefilled, finished, failed); a ~30 Hz
-timer on the UI thread drains the deque and repaints once per tick. Per-token ``call_from_thread`` would block
-the generator until the UI had caught up, and a repaint per token would steal CPU from llama.cpp.
+Threads: the model is opened and every answer generated on one engine thread (one OpenMP team for llama.cpp);
+it never touches a widget. It appends each Step to a deque and posts a handful of messages (ready, prefilled,
+finished, failed); a timer on the UI thread drains the deque and repaints, skipping frames past a small CPU budget.
+Per-token ``call_from_thread`` would block the generator until the UI had caught up, and a repaint per token would
+steal CPU from llama.cpp.
 
 The app builds on the events of the speculation loop only (``Generator.generate`` → Prefill | Step | Finished)
 and on the Runtime's public calls (``set_drafter``, ``chat_template``); it does not reach into the loop.
