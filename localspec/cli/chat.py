@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +36,10 @@ def chat(
       localspec chat --drafter ngram --temperature 0 --system "Answer briefly."
     """
     with user_errors():
+        # Textual draws on the terminal and reads keys from it: with a pipe or a file instead it would write escape
+        # codes there and wait for keys that never come
+        if not (sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()):
+            raise UserError("localspec chat needs a terminal; use `localspec run` for scripted generation")
         if save_dir is not None and not save_dir.is_dir():
             raise UserError(f"--save-dir {save_dir} is not a folder")
     _prepare_model(options.model)
