@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# first: loads llama.cpp's libraries before any test module imports numpy (README 'GPU')
+import localspec as _localspec  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".localspec-home"))
 

@@ -1,0 +1,151 @@
+"""No entry point imports numpy before llama.cpp's shared libraries are loaded (README 'GPU').
+
+On a CUDA build that order segfaults the first model load; this CPU build does not crash, so the tests check the
+order itself: each entry point runs in a fresh interpreter under a probe that, the moment numpy is first
+imported, reads /proc/self/maps and fails the run unless libllama is already mapped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+VIOLATION = 97
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc/self/maps (Linux)")
+
+# argv: "module NAME ARGS…" (python -m), "path FILE ARGS…" (a script), "import NAME" (used as a library)
+PROBE = rf"""
+import importlib, os, runpy, sys
+
+class NumpyProbe:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            with open("/proc/self/maps") as maps:
+                if "/libllama." not in maps.read():
+                    import traceback
+                    print("numpy imported before llama.cpp's libraries were loaded:", file=sys.stderr)
+                    traceback.print_stack(file=sys.stderr)
+                    sys.stderr.flush()
+                    os._exit({VIOLATION})
+        return None
+
+sys.meta_path.insert(0, NumpyProbe())
+how, what, *args = sys.argv[1:]
+sys.argv = [what, *args]
+if how == "module":
+    runpy.run_module(what, run_name="__main__", alter_sys=True)
+elif how == "path":
+    sys.path[0] = os.path.dirname(os.path.abspath(what))
+    runpy.run_path(what, run_name="__main__")
+else:
+    importlib.import_module(what)
+    assert "numpy" in sys.modules or what in {{"localspec", "localspec.cli"}}, "the probe saw no numpy import"
+"""
+
+
+def _probe(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout, even where .venv's editable install is another
+    return subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=env)
+
+
+def _assert_order(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode != VIOLATION, proc.stderr[-3000:]
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+
+
+LIBRARY_MODULES = [
+    "localspec.engine.model", "localspec.tui.app", "localspec.bench.runner", "localspec.speculative.loop",
+    "localspec.sampling", "localspec.drafters.auto", "localspec.runtime", "localspec.bench.report",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("module", LIBRARY_MODULES)
+def test_importing_localspec_as_a_library_loads_llama_cpp_before_numpy(module):
+    _assert_order(_probe("import", module))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("module", "localspec", "--help"),
+        ("module", "localspec", "bench", "--help"),
+        ("path", str(VENV_BIN / "localspec"), "--help"),
+        ("path", "scripts/chat_vs_run.py", "--help"),
+        ("path", "scripts/lookup_oracle.py", "--help"),
+        ("path", "scripts/decode_ceiling.py", "--help"),
+    ],
+    ids=lambda argv: " ".join(Path(a).name if "/" in a else a for a in argv),
+)
+def test_entry_points_load_llama_cpp_before_numpy(argv):
+    if argv[0] == "path" and not Path(ROOT, argv[1]).exists():
+        pytest.skip(f"{argv[1]} is not there")
+    _assert_order(_probe(*argv))
+
+
+def test_a_command_that_loads_the_model_loads_llama_cpp_before_numpy(model_path):
+    proc = _probe("path", str(VENV_BIN / "localspec"), "run", "hi", "--max-tokens", "1", "--drafter", "none")
+    _assert_order(proc)
+
+
+def test_the_test_suite_loads_llama_cpp_before_numpy():
+    # tests/toy.py and several test modules import numpy at their top: conftest.py must have loaded llama.cpp
+    proc = _probe("module", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                  "tests/test_loop_toy.py", "tests/test_verify.py")
+    _assert_order(proc)
+
+
+def test_help_loads_neither_llama_cpp_nor_numpy():
+    # What keeps `localspec --help` fast: only llama.cpp's libraries are loaded, not the llama_cpp package.
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['localspec', '--help']\n"
+        "try:\n    runpy.run_module('localspec', run_name='__main__', alter_sys=True)\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('numpy', 'llama_cpp') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_numpy_imported_first_on_a_gpu_build_warns(tmp_path):
+    # A fake llama_cpp package whose lib/ holds this build's libllama plus a GPU backend's file name: the
+    # warning is decided from the files, before anything of the GPU backend is loaded.
+    spec = importlib.util.find_spec("llama_cpp")
+    assert spec is not None and spec.submodule_search_locations
+    libllama = Path(next(iter(spec.submodule_search_locations)), "lib", "libllama.so")
+    if not libllama.exists():
+        pytest.skip(f"no {libllama}")
+    lib = tmp_path / "llama_cpp" / "lib"
+    lib.mkdir(parents=True)
+    (tmp_path / "llama_cpp" / "__init__.py").write_text("")
+    for so in libllama.parent.iterdir():
+        (lib / so.name).symlink_to(so)
+    code = (
+        "import warnings, numpy\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import localspec\n"
+        "print(sum(issubclass(w.category, RuntimeWarning) and 'before numpy' in str(w.message) for w in caught))\n"
+    )
+
+    def warnings_seen() -> str:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert warnings_seen() == "0"  # a CPU build: nothing to warn about
+    (lib / "libggml-cuda.so").write_bytes(b"")
+    assert warnings_seen() == "1"
