@@ -10,12 +10,14 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localspec._native import has_gpu_backend
 from localspec.drafters.auto import AutoDrafter
 from localspec.drafters.base import Drafter
 from localspec.drafters.early_exit import default_exit_layer, early_exit_model
 from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Message, Model
+from localspec.engine.backend import describe_device, gpu_offload_supported
 from localspec.errors import UserError
 from localspec.hub import known_sha256
 from localspec.sampling import make_rng
@@ -23,6 +25,9 @@ from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSet
 from localspec.speculative.adaptive import AdaptiveK
 from localspec.speculative.calibrate import verify_costs
 from localspec.speculative.loop import Generator
+
+NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
+NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device or driver): running on the CPU"
 
 
 def resolve(spec: str | None) -> tuple[str, Path]:
@@ -45,6 +50,8 @@ class Runtime:
     notices: list[str] = field(default_factory=list)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
     _drafters: dict[str, Drafter | None] = field(default_factory=dict, repr=False)
+    # where the target runs, for stats and reports: "CPU (2 threads)", "GPU: all 18 layers offloaded (CUDA)"
+    device: str = ""
 
     @classmethod
     def open(
@@ -57,12 +64,14 @@ class Runtime:
         stack = ExitStack()
         try:
             name, path = resolve(model)
+            notices: list[str] = []
+            if runtime.n_gpu_layers and not gpu_offload_supported():  # llama.cpp would silently use the CPU
+                notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
             target = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose))
             ctx = stack.enter_context(
                 Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
             )
             chooser = AdaptiveK(k_max=speculation.k_max, fixed=speculation.k)
-            notices: list[str] = []
             drafter_name = speculation.drafter
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
@@ -74,6 +83,7 @@ class Runtime:
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
                      (runtime, speculation, sampling), notices, stack)
             rt._drafters[drafter_name] = drafter
+            rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads())
             return rt
         except BaseException:
             stack.close()

@@ -37,15 +37,29 @@ class SamplingSettings:
             raise UserError(f"--seed must be a non-negative integer, got {self.seed}")
 
 
+def default_gpu_layers() -> int:
+    """-1 (all layers) where this llama-cpp-python can offload to a GPU, 0 elsewhere. Loads llama_cpp, so it is
+    called when settings are built, never for --help."""
+    from localspec.engine.backend import gpu_offload_supported
+
+    return -1 if gpu_offload_supported() else 0
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeSettings:
     """How llama.cpp runs the model: context size, threads, GPU offload."""
 
     n_ctx: int = 4096
     n_threads: int | None = None  # None: one per physical core (what llama-bench uses)
-    n_gpu_layers: int = 0
+    # None: all layers where this llama.cpp can offload to a GPU, else 0; resolved when the settings are built,
+    # so it is an int afterwards (-1 = all)
+    n_gpu_layers: int | None = None
     n_batch: int = 512
     verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n_gpu_layers is None:
+            object.__setattr__(self, "n_gpu_layers", default_gpu_layers())
 
     def threads(self) -> int:
         if self.n_threads:
@@ -57,7 +71,7 @@ class RuntimeSettings:
             raise UserError(f"--ctx must be at least 16 tokens, got {self.n_ctx}")
         if self.n_threads is not None and self.n_threads < 1:
             raise UserError(f"--threads must be at least 1, got {self.n_threads}")
-        if self.n_gpu_layers < -1:
+        if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
             raise UserError(f"--gpu-layers must be -1 (all), 0 (CPU) or a count, got {self.n_gpu_layers}")
 
 

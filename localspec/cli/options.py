@@ -82,8 +82,9 @@ CtxOpt = Annotated[int, typer.Option("--ctx", help="Context size in tokens.", ri
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all cores).",
                                                 rich_help_panel=_RUNTIME)]
 GpuLayersOpt = Annotated[
-    int, typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all; needs a CUDA/Metal build).",
-                      rich_help_panel=_RUNTIME)
+    int | None,
+    typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all, 0 = none). Default: all where this "
+                 "llama-cpp-python can offload (a CUDA/Metal build with a GPU), else 0.", rich_help_panel=_RUNTIME),
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own log on stderr.",
                                           rich_help_panel=_RUNTIME)]
@@ -118,7 +119,7 @@ def build_options(
     stop: list[str] | None,
     ctx: int,
     threads: int | None,
-    gpu_layers: int,
+    gpu_layers: int | None,
     verbose: bool,
 ) -> Options:
     if profile is not None:
@@ -151,7 +152,7 @@ _SHARED: tuple[tuple[str, Any, Any], ...] = (
     ("draft", DraftOpt, None), ("k", KOpt, None), ("exit_layer", ExitLayerOpt, None), ("p_min", PMinOpt, 0.0),
     ("max_tokens", MaxTokensOpt, 256), ("temperature", TemperatureOpt, 0.0), ("top_k", TopKOpt, 40),
     ("top_p", TopPOpt, 0.95), ("min_p", MinPOpt, 0.05), ("seed", SeedOpt, None), ("stop", StopOpt, None),
-    ("ctx", CtxOpt, 4096), ("threads", ThreadsOpt, None), ("gpu_layers", GpuLayersOpt, 0),
+    ("ctx", CtxOpt, 4096), ("threads", ThreadsOpt, None), ("gpu_layers", GpuLayersOpt, None),
     ("verbose", VerboseOpt, False),
 )  # fmt: skip
 

@@ -7,11 +7,12 @@ from typing import Any
 from localspec.events import Stats, Token
 
 
-def stats_lines(stats: Stats, drafter: str) -> list[str]:
+def stats_lines(stats: Stats, drafter: str, *, device: str = "") -> list[str]:
+    """``device``: where the model ran (Runtime.device), shown at the end of the first line."""
     lines = [
         f"{stats.generated_tokens} tokens in {stats.decode_seconds:.2f} s: {stats.tokens_per_second:.1f} tok/s"
         f" · prompt {stats.prompt_tokens} tokens, prefill {stats.prefill_seconds:.2f} s"
-        f" · stop: {stats.stop_reason}"
+        f" · stop: {stats.stop_reason}" + (f" · {device}" if device else "")
     ]
     if drafter != "none":
         lines.append(
@@ -28,11 +29,13 @@ def stats_lines(stats: Stats, drafter: str) -> list[str]:
     return lines
 
 
-def json_document(model: str, drafter: str, text: str, tokens: list[Token], stats: Stats) -> dict[str, Any]:
+def json_document(
+    model: str, drafter: str, text: str, tokens: list[Token], stats: Stats, *, device: str = ""
+) -> dict[str, Any]:
     return {
         "model": model,
         "drafter": drafter,
         "text": text,
         "tokens": [{"id": t.id, "text": t.text, "source": t.source} for t in tokens],
-        "stats": stats.to_dict(),
+        "stats": {**stats.to_dict(), **({"device": device} if device else {})},
     }

@@ -94,11 +94,11 @@ def _generate(
     assert finished is not None
     pieces.append(finished.tail)
     if as_json:
-        doc = json_document(rt.model_name, rt.drafter_name, "".join(pieces), tokens, finished.stats)
+        doc = json_document(rt.model_name, rt.drafter_name, "".join(pieces), tokens, finished.stats, device=rt.device)
         out.write(json.dumps(doc, ensure_ascii=False) + "\n")
     else:
         out.write(finished.tail + "\n")
     out.flush()
-    for line in stats_lines(finished.stats, rt.drafter_name):
+    for line in stats_lines(finished.stats, rt.drafter_name, device=rt.device):
         print(line, file=sys.stderr)
     return finished

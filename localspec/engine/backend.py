@@ -1,8 +1,9 @@
-"""Process-wide llama.cpp state: backend initialisation and log routing."""
+"""Process-wide llama.cpp state: backend initialisation, log routing, and which device runs the model."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 
 import llama_cpp
@@ -26,7 +27,10 @@ def init_backend(verbose: bool = False) -> None:
             llama_cpp.llama_backend_init()
             _initialised = True
         if verbose != _verbose or not _verbose:
-            llama_cpp.llama_log_set(None if verbose else _drop_log, ctypes.c_void_p(0))
+            # A NULL callback (a CFUNCTYPE called without arguments; None is refused by the binding's argtypes)
+            # restores llama.cpp's own logger, which writes to stderr.
+            callback = llama_cpp.llama_log_callback() if verbose else _drop_log
+            llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
             _verbose = verbose
 
 
@@ -36,3 +40,52 @@ def system_info() -> str:
 
 def library_version() -> str:
     return getattr(llama_cpp, "__version__", "unknown")
+
+
+# Registered backends that are not a GPU (as named in llama_print_system_info).
+_NOT_GPU = {"CPU", "BLAS", "RPC"}
+_GPU_LIBRARY_NAMES = {"ggml-cuda": "CUDA", "ggml-metal": "Metal", "ggml-vulkan": "Vulkan", "ggml-hip": "ROCm",
+                      "ggml-sycl": "SYCL", "ggml-musa": "MUSA"}
+
+
+@functools.cache
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp can put layers on a GPU: a GPU build *and* a GPU device it can use."""
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+@functools.cache
+def gpu_backend_name() -> str:
+    """The GPU backend's name ("CUDA", "Metal", …): llama-cpp-python binds no ggml_backend_dev_* function, so
+    it is read from llama_print_system_info (one "NAME : FEATURE = VALUE | …" section per backend that lists
+    features), else from the backend libraries shipped beside libllama."""
+    for part in system_info().split("|"):
+        name, sep, _ = part.partition(" : ")
+        if sep and name.strip() and name.strip() not in _NOT_GPU:
+            return name.strip()
+    from localspec._native import library_dir
+
+    lib_dir = library_dir()
+    names = [p.name for p in lib_dir.iterdir()] if lib_dir is not None and lib_dir.is_dir() else []
+    for lib, label in _GPU_LIBRARY_NAMES.items():
+        if any(n.startswith((f"lib{lib}.", f"{lib}.")) for n in names):
+            return label
+    return "GPU"
+
+
+def offloaded_layers(requested: int, n_layer: int) -> int:
+    """How many of the model's n_layer + 1 offloadable layers (the blocks and the output layer) llama.cpp puts
+    on the GPU for an ``n_gpu_layers`` of ``requested`` (negative: all)."""
+    if not gpu_offload_supported():
+        return 0
+    return n_layer + 1 if requested < 0 else min(requested, n_layer + 1)
+
+
+def describe_device(gpu_layers: int, n_layer: int, threads: int) -> str:
+    """Where a model with ``gpu_layers`` offloaded layers (of ``n_layer`` + 1) runs, in a few words."""
+    if gpu_layers <= 0:
+        return f"CPU ({threads} threads)"
+    if gpu_layers >= n_layer + 1:
+        return f"GPU: all {n_layer} layers offloaded ({gpu_backend_name()})"
+    return (f"GPU: {gpu_layers} of {n_layer + 1} layers offloaded ({gpu_backend_name()}),"
+            f" the rest on the CPU ({threads} threads)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from localspec.engine.backend import init_backend
+from localspec.engine.backend import init_backend, offloaded_layers
 from localspec.engine.vocab import Vocab
 from localspec.errors import ModelLoadError
 
@@ -50,6 +50,8 @@ class Model:
         self._handle: llama_cpp.llama_model_p | None = handle
         self.vocab = Vocab(llama_cpp.llama_model_get_vocab(handle))
         self.n_layer: int = llama_cpp.llama_model_n_layer(handle)
+        # layers on the GPU, of n_layer + 1 (the blocks and the output layer): 0 where llama.cpp cannot offload
+        self.gpu_layers: int = offloaded_layers(n_gpu_layers, self.n_layer)
         self.n_embd: int = llama_cpp.llama_model_n_embd(handle)
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(handle)
         self.architecture: str = self.meta("general.architecture") or "unknown"

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from localspec.engine import Context, library_version
+from localspec.engine.backend import offloaded_layers
 from localspec.hub import atomic_write_text
 from localspec.paths import cache_dir
 
@@ -29,7 +30,9 @@ def _cache_file(model_hash: str, threads: int, gpu_layers: int, n_max: int) -> P
 
 def verify_costs(ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int) -> dict[int, float]:
     """Seconds for one pass over n tokens with logits at every position, n = 1..n_max (cached)."""
-    path = _cache_file(model_hash, threads, gpu_layers, n_max)
+    # Keyed by the layers really offloaded: -1 and 999 are the same setting, and a build without GPU offload
+    # runs every setting on the CPU.
+    path = _cache_file(model_hash, threads, offloaded_layers(gpu_layers, ctx.model.n_layer), n_max)
     try:
         return {int(n): float(s) for n, s in json.loads(path.read_text()).items()}
     except (OSError, ValueError):

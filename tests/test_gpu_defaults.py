@@ -1,0 +1,95 @@
+"""GPU offload is the default where the build has it; elsewhere an explicit --gpu-layers says it runs on the CPU.
+
+These run on whatever llama-cpp-python is installed; the CPU-build cases skip on a GPU build and vice versa.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import llama_cpp
+import pytest
+
+from localspec.cli.options import build_options
+from localspec.engine import Context, Model
+from localspec.engine.backend import describe_device
+from localspec.paths import cache_dir
+from localspec.runtime import NO_GPU_OFFLOAD, Runtime
+from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
+from localspec.speculative.calibrate import verify_costs
+from tests.conftest import localspec
+
+GPU_BUILD = bool(llama_cpp.llama_supports_gpu_offload())
+cpu_build_only = pytest.mark.skipif(GPU_BUILD, reason="this llama-cpp-python offloads to a GPU")
+gpu_build_only = pytest.mark.skipif(not GPU_BUILD, reason="this llama-cpp-python has no GPU offload")
+
+_CLI_DEFAULTS = dict(
+    model=None, profile=None, drafter=None, draft=None, k=None, exit_layer=None, p_min=0.0, max_tokens=8,
+    temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=None, stop=None, ctx=512, threads=None, verbose=False,
+)  # fmt: skip
+
+
+def test_gpu_layers_default_to_all_where_the_build_offloads_and_to_zero_elsewhere():
+    expected = -1 if GPU_BUILD else 0
+    assert RuntimeSettings().n_gpu_layers == expected
+    assert build_options(**_CLI_DEFAULTS, gpu_layers=None).runtime.n_gpu_layers == expected
+    assert build_options(**_CLI_DEFAULTS, gpu_layers=3).runtime.n_gpu_layers == 3
+    assert RuntimeSettings(n_gpu_layers=0).n_gpu_layers == 0
+
+
+def test_device_descriptions():
+    assert describe_device(0, 18, 2) == "CPU (2 threads)"
+    assert describe_device(19, 18, 2).startswith("GPU: all 18 layers offloaded (")
+    partial = describe_device(7, 18, 4)
+    assert partial.startswith("GPU: 7 of 19 layers offloaded (") and partial.endswith("the rest on the CPU (4 threads)")
+
+
+@cpu_build_only
+def test_an_explicit_gpu_layers_on_a_cpu_build_says_so_once_and_runs_on_the_cpu(model_path):
+    result = localspec(["run", "hi", "--max-tokens", "1", "--drafter", "none", "--gpu-layers", "-1", "--threads", "2"])
+    assert result.code == 0, result.stderr
+    notices = [line for line in result.stderr.splitlines() if "GPU" in line]
+    assert notices == [f"localspec: {NO_GPU_OFFLOAD}"], result.stderr
+    assert "stop: " in result.stderr and "· CPU (2 threads)" in result.stderr
+
+
+@cpu_build_only
+def test_the_default_on_a_cpu_build_says_nothing_about_the_gpu_and_reports_the_cpu(model_path):
+    result = localspec(["run", "hi", "--max-tokens", "1", "--drafter", "none", "--threads", "2", "--json"])
+    assert result.code == 0, result.stderr
+    assert "GPU" not in result.stderr
+    assert json.loads(result.stdout)["stats"]["device"] == "CPU (2 threads)"
+
+
+@gpu_build_only
+def test_the_default_on_a_gpu_build_offloads_every_layer(model_path):
+    result = localspec(["run", "hi", "--max-tokens", "1", "--drafter", "none", "--json"])
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout)["stats"]["device"].startswith("GPU: all ")
+
+
+def test_runtime_reports_its_device(model_path):
+    runtime = RuntimeSettings(n_ctx=256, n_threads=2)
+    with Runtime.open(str(model_path), runtime, SpeculationSettings(drafter="none"), SamplingSettings()) as rt:
+        if GPU_BUILD:
+            assert rt.device.startswith(f"GPU: all {rt.model.n_layer} layers offloaded (")
+        else:
+            assert rt.device == "CPU (2 threads)"
+            assert rt.notices == []
+
+
+@cpu_build_only
+def test_calibration_is_not_keyed_by_gpu_layers_on_a_cpu_build(model_path, capsys):
+    fake_hash = uuid.uuid4().hex  # a key no earlier run can have cached
+    try:
+        with Model(model_path) as model, Context(model, n_ctx=128, n_threads=2) as ctx:
+            first = verify_costs(ctx, fake_hash, 2, 0, 2)
+            assert "measuring" in capsys.readouterr().err
+            for gpu_layers in (-1, 5):
+                assert verify_costs(ctx, fake_hash, 2, gpu_layers, 2) == first
+                assert "measuring" not in capsys.readouterr().err
+    finally:
+        for path in Path(cache_dir(), "calibration").glob(f"{fake_hash[:16]}-*"):
+            path.unlink()
