@@ -24,12 +24,12 @@ import argparse
 import statistics
 from pathlib import Path
 
+from localspec.bench.replay import CostTable, replay
+from localspec.bench.replay import replay_oracle as oracle
 from localspec.bench.suite import load_suite
-from localspec.drafters.ngram import NgramDrafter
 from localspec.events import Step
 from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, SpeculationSettings
-from localspec.speculative.adaptive import AdaptiveK, draft_for
 from localspec.speculative.calibrate import measure
 
 K_MAX = 16
@@ -49,22 +49,8 @@ def notes_costs() -> dict[int, float]:
 
 
 def replay_ngram(prompt: list[int], gen: list[int], cost: dict[int, float]) -> float:
-    drafter, chooser = NgramDrafter(), AdaptiveK(k_max=K_MAX)
-    chooser.calibrate(cost)
-    history, pos, total = list(prompt), 0, 0.0
-    drafter.begin(history)
-    while pos < len(gen):
-        draft = draft_for(drafter, history, len(gen) - pos - 1, chooser)
-        a = 0
-        while a < len(draft.tokens) and draft.tokens[a] == gen[pos + a]:
-            a += 1
-        pass_cost = cost[len(draft.tokens) + 1]
-        total += pass_cost
-        chooser.observe(draft, a, 0.0, pass_cost, gen[pos : pos + a + 1])
-        history += gen[pos : pos + a + 1]
-        pos += a + 1
-        drafter.accept(history, a)
-    return len(gen) * cost[1] / total
+    table = CostTable("", cost)
+    return replay("none", prompt, gen, table).seconds / replay("ngram", prompt, gen, table, k_max=K_MAX).seconds
 
 
 def replay_llama_lookup(prompt: list[int], gen: list[int], cost: dict[int, float], n_draft: int = 8) -> float:
@@ -110,18 +96,8 @@ def replay_llama_lookup(prompt: list[int], gen: list[int], cost: dict[int, float
 
 
 def replay_oracle(prompt: list[int], gen: list[int], cost: dict[int, float]) -> float:
-    seq, start, pos, total = prompt + gen, len(prompt), 0, 0.0
-    while pos < len(gen):
-        here, best = start + pos, 0
-        for j in range(here):
-            n = 0
-            while n < K_MAX and here + n < len(seq) and seq[j + n] == seq[here + n]:
-                n += 1
-            best = max(best, n)
-        k = min(best, len(gen) - pos - 1)
-        total += cost[k + 1]
-        pos += k + 1
-    return len(gen) * cost[1] / total
+    table = CostTable("", cost)
+    return replay("none", prompt, gen, table).seconds / oracle(prompt, gen, table, K_MAX).seconds
 
 
 def main() -> None:

@@ -93,7 +93,8 @@ def test_json_schema_medians_and_summary() -> None:
     annotate(records, _gap)
     doc = rep.to_json(_report(records, categories=["grounded", "chat"], planned_runs=8))
     assert set(doc) >= {"model", "machine", "results", "summary"}
-    assert doc["machine"] == {"cpu": "Test CPU (2 cores)", "threads": 2, "gpu_layers": 0, "llama_cpp_version": "0.0.0"}
+    assert doc["machine"] == {"cpu": "Test CPU (2 cores)", "threads": 2, "device": "", "gpu_layers": 0,
+                              "llama_cpp_version": "0.0.0"}
     keys = {"prompt_id", "category", "drafter", "tokens_per_second", "speedup", "acceptance_rate",
             "mean_accepted_length", "identical_to_baseline"}
     assert all(keys <= set(r) for r in doc["results"])
@@ -150,3 +151,15 @@ def test_missing_matplotlib_gives_a_clear_message_and_still_writes(tmp_path: Pat
     assert warning is not None and "pip install 'localspec[plot]'" in warning
     assert {f.name for f in files} == {rep.JSON_NAME, rep.MARKDOWN_NAME}
     assert "![" not in (tmp_path / "out" / rep.MARKDOWN_NAME).read_text()
+
+
+def test_repeats_that_disagree_beyond_noise_are_flagged() -> None:
+    def runs(second_ngram_tps: float) -> list[RunRecord]:
+        return [_run("a", "grounded", "none", 0, [1], 10.0), _run("a", "grounded", "ngram", 0, [1], 20.0),
+                _run("a", "grounded", "none", 1, [1], 10.0), _run("a", "grounded", "ngram", 1, [1], second_ngram_tps)]
+
+    report = _report(runs(12.0), categories=["grounded"])
+    (ngram,) = [r for r in report.results if r.drafter == "ngram"]
+    assert ngram.spread == pytest.approx(2.0 / 1.2 - 1)
+    assert report.unstable() == [ngram]
+    assert _report(runs(19.0), categories=["grounded"]).unstable() == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,10 @@ def _suite(tmp_path: Path, text: str, name: str = "suite.jsonl") -> Path:
         (["--suite", "{bad}"], "suite.jsonl:2: not valid JSON"),
         (["--suite", "{empty}"], "the suite is empty"),
         (["--repeat", "0"], "--repeat must be at least 1"),
+        (["--drafters", "none,ngram:k"], "bad drafter variant 'ngram:k'"),
+        (["--replay-costs", "{missing}"], "no cost table"),
+        (["--replay-costs", "{bad}"], "cannot read cost table"),
+        (["--out", "/proc/nope"], "cannot write the report to --out /proc/nope"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -77,16 +82,29 @@ def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> Non
         {"id": "ask", "category": "chat", "max_tokens": 16, "prompt": "Question: Why is the sky blue?\nAnswer:"},
     ]) + "\n")
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none,ngram", "--repeat", "1",
-                                      "--ctx", "512", "--json", "--out", str(out)])
+    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none,ngram,ngram:k3",
+                                      "--repeat", "1", "--ctx", "512", "--json", "--out", str(out),
+                                      "--replay-costs", "h100"])
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["model"] and set(doc["machine"]) == {"cpu", "threads", "gpu_layers", "llama_cpp_version"}
+    assert doc["model"] and set(doc["machine"]) == {"cpu", "threads", "device", "gpu_layers", "llama_cpp_version"}
     # the recorded command reproduces the run: every option given, the context size included
-    assert doc["command"] == (f"localspec bench --suite {suite} --drafters none,ngram --repeat 1 --ctx 512 "
-                              f"--gpu-layers 0 --out {out}")
+    # (paths relative to where it ran: a report never carries this machine's absolute paths)
+    suite_arg, out_arg = os.path.relpath(suite), os.path.relpath(out)
+    assert doc["command"] == (f"localspec bench --suite {suite_arg} --drafters none,ngram,ngram:k3 --repeat 1 "
+                              f"--replay-costs h100 --ctx 512 --gpu-layers 0 --out {out_arg}")
+    drafters = ("none", "ngram", "ngram:k3")
     assert {(r["prompt_id"], r["drafter"]) for r in doc["results"]} == {
-        (p, d) for p in ("copy", "ask") for d in ("none", "ngram")}
+        (p, d) for p in ("copy", "ask") for d in drafters}
+    # the same runs priced on the H100 table, with the oracle as a ceiling; marked as replayed
+    replay = doc["replay"]
+    assert replay["replayed_on"].startswith("NVIDIA H100") and doc["replayed_on"] is None
+    assert {(r["prompt_id"], r["drafter"]) for r in replay["results"]} == {
+        (p, d) for p in ("copy", "ask") for d in (*drafters, "oracle")}
+    by = {(r["prompt_id"], r["drafter"]): r for r in replay["results"]}
+    assert by[("copy", "none")]["speedup"] == 1.0
+    assert by[("copy", "oracle")]["speedup"] >= by[("copy", "ngram:k3")]["speedup"] > 1.0
+    assert "replayed on NVIDIA H100" in (out / "bench.md").read_text()
     for r in doc["results"]:
         assert r["tokens_per_second"] > 0 and r["speedup"] > 0
         assert isinstance(r["identical_to_baseline"], bool)

@@ -28,16 +28,20 @@ class PlotExtraMissing(UserError):
     """matplotlib (the optional `plot` extra) is not installed."""
 
 
+NOISE = 0.15  # repeats of one (prompt, drafter) whose speedups differ by more than this are not one measurement
+
+
 @dataclass(frozen=True, slots=True)
 class Machine:
     cpu: str
     threads: int
     gpu_layers: int
     llama_cpp_version: str
+    device: str = ""  # where the passes ran, as the runtime says (CPU, or the GPU and its layers)
 
 
-def machine_info(threads: int, gpu_layers: int, llama_cpp_version: str) -> Machine:
-    return Machine(_cpu_name(), threads, gpu_layers, llama_cpp_version)
+def machine_info(threads: int, gpu_layers: int, llama_cpp_version: str, device: str = "") -> Machine:
+    return Machine(_cpu_name(), threads, gpu_layers, llama_cpp_version, device)
 
 
 def _cpu_name() -> str:
@@ -67,6 +71,7 @@ class PromptResult:
     identical_runs: int
     compared_runs: int
     divergences: list[tuple[int, Divergence]] = field(default_factory=list)  # (repeat, where)
+    spread: float | None = None  # largest ÷ smallest per-repeat speedup, minus 1 (None: fewer than 2 repeats)
 
 
 @dataclass(slots=True)
@@ -100,6 +105,7 @@ class Report:
     interrupted: bool = False
     planned_runs: int = 0
     finished_runs: int = 0
+    replayed_on: str = ""  # a cost table's device: speedups were priced on it, not timed here
 
     def groups(self) -> list[GroupResult]:
         rows = [_group(c, d, [r for r in self.results if r.category == c and r.drafter == d])
@@ -109,6 +115,17 @@ class Report:
 
     def divergences(self) -> list[tuple[PromptResult, int, Divergence]]:
         return [(r, rep, d) for r in self.results for rep, d in r.divergences]
+
+    def unstable(self) -> list[PromptResult]:
+        """Results whose repeats disagree beyond timing noise: a busy machine, or too few repeats."""
+        return [r for r in self.results if r.spread is not None and r.spread > NOISE]
+
+    def title(self) -> str:
+        where = f"replayed on {self.replayed_on}" if self.replayed_on else f"medians of {self.repeat} repeat(s)"
+        title = f"localspec bench · {self.model} · {where}"
+        if self.interrupted:
+            title += f" · PARTIAL: {self.finished_runs}/{self.planned_runs} runs"
+        return title
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -128,6 +145,7 @@ def build_report(
     categories: Sequence[str] | None = None,
     interrupted: bool = False,
     planned_runs: int = 0,
+    replayed_on: str = "",
 ) -> Report:
     """Aggregate annotated runs (see ``compare.annotate``) into per-prompt results, in suite and drafter order."""
     baseline_tps = {(r.prompt_id, r.repeat): r.tokens_per_second for r in records if r.drafter == BASELINE}
@@ -153,10 +171,11 @@ def build_report(
             sum(1 for r in compared if r.identical),
             len(compared),
             [(r.repeat, r.divergence) for r in compared if r.divergence is not None],
+            max(ratios) / min(ratios) - 1 if len(ratios) > 1 else None,
         ))
     cats = list(categories) if categories is not None else list(dict.fromkeys(r.category for r in records))
     return Report(model, machine, suite, command, list(drafters), repeat, results, cats, interrupted,
-                  planned_runs, len(records))
+                  planned_runs, len(records), replayed_on)
 
 
 def _group(category: str, drafter: str, results: list[PromptResult]) -> GroupResult:
@@ -194,8 +213,9 @@ def to_json(report: Report) -> dict[str, Any]:
                 "median_speedup": _r(g.speedup), "median_tokens_per_second": _r(g.tokens_per_second, 2)}
     return {
         "model": report.model,
-        "machine": {"cpu": report.machine.cpu, "threads": report.machine.threads,
+        "machine": {"cpu": report.machine.cpu, "threads": report.machine.threads, "device": report.machine.device,
                     "gpu_layers": report.machine.gpu_layers, "llama_cpp_version": report.machine.llama_cpp_version},
+        "replayed_on": report.replayed_on or None,
         "suite": report.suite,
         "command": report.command,
         "repeat": report.repeat,
@@ -207,7 +227,7 @@ def to_json(report: Report) -> dict[str, Any]:
              "tokens_per_second": _r(r.tokens_per_second, 2), "speedup": _r(r.speedup),
              "acceptance_rate": _r(r.acceptance_rate), "mean_accepted_length": _r(r.mean_accepted_length),
              "identical_to_baseline": r.identical_to_baseline, "runs": r.runs,
-             "identical_runs": r.identical_runs, "compared_runs": r.compared_runs,
+             "identical_runs": r.identical_runs, "compared_runs": r.compared_runs, "spread": _r(r.spread),
              "divergences": [_divergence_json(rep, d) for rep, d in r.divergences]}
             for r in report.results
         ],
@@ -246,10 +266,7 @@ def _identical_cell(g: GroupResult) -> str:
 
 
 def render_table(report: Report) -> Table:
-    title = f"localspec bench · {report.model} · medians of {report.repeat} repeat(s)"
-    if report.interrupted:
-        title += f" · PARTIAL: {report.finished_runs}/{report.planned_runs} runs"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=report.title(), title_justify="left")
     for i, h in enumerate(_HEADERS):
         table.add_column(h, justify="left" if i < 2 else "right")
     previous = None
@@ -279,11 +296,14 @@ def to_markdown(report: Report, chart: str | None = None) -> str:
         f"Produced by `{report.command}` (do not edit by hand: rerun it).",
         "",
         f"- model: **{report.model}** · suite: `{report.suite}` · {report.repeat} repeat(s), medians",
-        f"- machine: {m.cpu} · {m.threads} threads · GPU layers {m.gpu_layers} · "
+        f"- machine: {m.cpu} · {m.threads} threads · {m.device or f'GPU layers {m.gpu_layers}'} · "
         f"llama-cpp-python {m.llama_cpp_version}",
         "- tok/s is timed from the first generated token; speedup is against target-only decoding (`none`) on the "
         "same prompt in the same repeat; tokens/pass is the mean accepted length (1.00 = plain decoding)",
     ]
+    if report.replayed_on:
+        lines.append(f"- **replayed on {report.replayed_on}**: the same outputs drafted again with the policy "
+                     "calibrated on that device's cost table; tok/s and speedups are priced there, not timed")
     if report.interrupted:
         lines.append(f"- **partial**: interrupted after {report.finished_runs} of {report.planned_runs} runs")
     lines += ["", "## By category and drafter", "", _md_row(_HEADERS), _md_row(("---",) * len(_HEADERS))]
@@ -353,7 +373,27 @@ def write_chart(report: Report, path: Path) -> None:
     plt.close(fig)
 
 
-def write_outputs(report: Report, out: Path) -> tuple[list[Path], str | None]:
+def check_writable(out: Path) -> None:
+    """Fail now, in one line, if ``out`` cannot take the report files."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".localspec-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot write the report to --out {out}: {reason}; choose a writable directory") from None
+
+
+def to_document(report: Report, replayed: Report | None) -> dict[str, Any]:
+    """The --json document: the live report, and the replayed one under "replay"."""
+    doc = to_json(report)
+    if replayed is not None:
+        doc["replay"] = to_json(replayed)
+    return doc
+
+
+def write_outputs(report: Report, out: Path, replayed: Report | None = None) -> tuple[list[Path], str | None]:
     """Write bench.json, bench.md and bench.png into ``out``; returns the files and a warning (no chart) or None."""
     import json
 
@@ -369,6 +409,10 @@ def write_outputs(report: Report, out: Path) -> tuple[list[Path], str | None]:
         written.append(out / CHART_NAME)
     except PlotExtraMissing as exc:
         warning, chart = str(exc), None
-    (out / JSON_NAME).write_text(json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / MARKDOWN_NAME).write_text(to_markdown(report, chart), encoding="utf-8")
+    doc = to_document(report, replayed)
+    (out / JSON_NAME).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    markdown = to_markdown(report, chart)
+    if replayed is not None:
+        markdown += "\n" + to_markdown(replayed).replace("# localspec performance", "# Replayed", 1)
+    (out / MARKDOWN_NAME).write_text(markdown, encoding="utf-8")
     return [out / JSON_NAME, out / MARKDOWN_NAME, *written], warning

@@ -45,15 +45,26 @@ def schedule(n_prompts: int, drafters: Sequence[str], repeat: int) -> list[Job]:
     return jobs
 
 
+def split_variant(name: str) -> tuple[str, int | None]:
+    """``ngram:k7`` → ("ngram", 7): a drafter with its draft length pinned; ``ngram`` → ("ngram", None)."""
+    drafter, _, variant = name.partition(":")
+    if not variant:
+        return drafter, None
+    if not (variant.startswith("k") and variant[1:].isdigit() and int(variant[1:]) <= 64):
+        raise UserError(f"bad drafter variant {name!r} in --drafters: write NAME:kN with N from 0 to 64, e.g. ngram:k7")
+    return drafter, int(variant[1:])
+
+
 def parse_drafters(spec: str, *, draft_model: str | None, anchors: bool) -> list[str]:
-    """``--drafters a,b,c`` → names, validated; the target-only baseline is always measured, first."""
+    """``--drafters a,b,c`` → names, validated; the target-only baseline is always measured, first.
+    ``NAME:kN`` pins the draft length of one entry, so fixed and adaptive lengths compare in one run."""
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if not names:
-        raise UserError("--drafters is empty: give a comma-separated list, e.g. none,ngram,auto")
+        raise UserError("--drafters is empty: give a comma-separated list, e.g. none,ngram,ngram:k7,auto")
     for n in names:
-        if n not in DRAFTERS:
+        if split_variant(n)[0] not in DRAFTERS:
             raise UserError(f"unknown drafter {n!r} in --drafters: choose from {', '.join(DRAFTERS)}")
-    if "draft" in names and not draft_model:
+    if any(split_variant(n)[0] == "draft" for n in names) and not draft_model:
         raise UserError("--drafters includes 'draft' but no draft model was given: pass --draft NAME|PATH")
     ordered = [BASELINE, *(n for n in dict.fromkeys(names) if n != BASELINE)]
     return ordered + (list(anchor_names.NAMES) if anchors else [])
@@ -81,6 +92,7 @@ class Bench:
         self.repeat = repeat
         self.anchors = anchors
         self._tokens: dict[str, list[int]] = {}
+        self._fixed_k = rt.generator.chooser.fixed  # --k for every drafter; NAME:kN overrides it per entry
 
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
         if prompt.id not in self._tokens:
@@ -130,8 +142,10 @@ class Bench:
             return RunRecord(prompt.id, prompt.category, drafter, repeat, retokenized, a.text, a.generated_tokens,
                              a.decode_seconds, a.tokens_per_second, stop_reason=a.stop_reason, anchor=True)
         rt = self.rt
-        rt.set_drafter(drafter)
+        name, k = split_variant(drafter)
+        rt.set_drafter(name)
         self._fresh_chooser()
+        rt.generator.chooser.fixed = self._fixed_k if k is None else k
         rt.context.clear()  # each run prefills its prompt from scratch, the same way (batching moves logits)
         tokens: list[int] = []
         pieces: list[str] = []

@@ -6,6 +6,7 @@ The report (table, or --json) goes to stdout; progress, notices and warnings go 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ from localspec.cli.options import (
 from localspec.errors import UserError
 
 if TYPE_CHECKING:
+    from localspec.bench.replay import CostTable
     from localspec.bench.report import Report
     from localspec.bench.runner import Bench, Job, Outcome
 
@@ -59,6 +61,11 @@ def bench(
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", help="Directory for bench.json, bench.md and bench.png (the chart needs matplotlib: "
         "pip install 'localspec\\[plot]').")] = None,
+    replay_costs: Annotated[str | None, typer.Option(
+        "--replay-costs", help="Also price every run on another device's cost table (a shipped name: h100, "
+        "epyc-avx2-2t, spr-2t; a cost-table JSON file; or a calibration cache file): the same outputs drafted "
+        "again with the policy calibrated there, and the oracle lookup drafter as a ceiling. Marked as replayed.",
+        rich_help_panel="Replay")] = None,
     ctx: CtxOpt = 4096,
     threads: ThreadsOpt = None,
     gpu_layers: GpuLayersOpt = 0,
@@ -79,6 +86,8 @@ def bench(
       localspec bench --anchors --out results/
 
       localspec bench --profile qwen2.5-7b --repeat 1
+
+      localspec bench --drafters none,ngram,ngram:k3,ngram:k7 --replay-costs h100
     """
     from localspec.bench import report as rep
     from localspec.bench.runner import Bench, parse_drafters, schedule
@@ -107,13 +116,21 @@ def bench(
         spec = drafters if drafters is not None else DEFAULT_DRAFTERS + (",draft" if draft else "")
         names = parse_drafters(spec, draft_model=draft, anchors=anchors)
         the_suite = load_suite(suite).with_max_tokens(max_tokens)
+        table = None
+        if replay_costs is not None:
+            from localspec.bench.replay import load_cost_table
+
+            table = load_cost_table(replay_costs)
+        if out is not None:
+            rep.check_writable(out)  # before minutes of benchmarking, not after
         runtime = RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers, verbose=verbose)
         speculation = SpeculationSettings(drafter="none", draft_model=draft, k=k, exit_layer=exit_layer)
         for part in (runtime, speculation):
             part.validate()
         command = _command(
             suite=suite, profile=profile, model=model, draft=draft, drafters=drafters, repeat=repeat,
-            max_tokens=max_tokens, k=k, exit_layer=exit_layer, ctx=ctx, threads=threads, gpu_layers=gpu_layers, out=out,
+            max_tokens=max_tokens, k=k, exit_layer=exit_layer, replay_costs=replay_costs, ctx=ctx, threads=threads,
+            gpu_layers=gpu_layers, out=out,
         ) + (" --anchors" if anchors else "")
 
         with Runtime.open(model, runtime, speculation, SamplingSettings()) as rt:
@@ -133,16 +150,18 @@ def bench(
             finally:
                 if anchor_set is not None:
                     anchor_set.close()
-            report = rep.build_report(
-                outcome.records, model=rt.model_name,
-                machine=rep.machine_info(runtime.threads(), gpu_layers, library_version()),
-                suite=the_suite.name, command=command, drafters=names, repeat=repeat,
-                categories=the_suite.categories, interrupted=outcome.interrupted, planned_runs=outcome.planned,
-            )
+            machine = rep.machine_info(runtime.threads(), gpu_layers, library_version(), getattr(rt, "device", ""))
+            common = dict(model=rt.model_name, machine=machine, suite=the_suite.name, command=command, repeat=repeat,
+                          categories=the_suite.categories, interrupted=outcome.interrupted,
+                          planned_runs=outcome.planned)
+            report = rep.build_report(outcome.records, drafters=names, **common)
+            replayed = None
+            if table is not None:
+                replayed = _replay(outcome.records, runner, table, names, k, common)
 
-        _print_report(report, as_json, err)
+        _print_report(report, replayed, as_json, err)
         if out is not None:
-            files, warning = rep.write_outputs(report, out)
+            files, warning = rep.write_outputs(report, out, replayed)
             if warning:
                 _note(f"localspec: {warning}; {', '.join(str(f) for f in files)} written")
             else:
@@ -181,10 +200,25 @@ def _run_with_progress(runner: Bench, jobs: list[Job], err: Console) -> Outcome:
     return outcome
 
 
-def _print_report(report: Report, as_json: bool, err: Console) -> None:
+def _replay(records: list, runner: Bench, table: CostTable, names: list[str], k: int | None,
+            common: dict) -> Report:
+    """The same runs priced on ``table``; the drafters that need a model to draft are left out, with a note."""
+    from localspec.bench import report as rep
+    from localspec.bench.replay import ORACLE, replay_records
+
+    prompts = {p.id: runner.prompt_tokens(p) for p in runner.suite.prompts}
+    priced, skipped = replay_records(records, prompts, table, fixed_k=k)
+    if skipped:
+        _note(f"localspec: not replayed (they draft with a model, whose cost on {table.device} the table does not "
+              f"hold): {', '.join(skipped)}")
+    drafters = [n for n in names if n not in skipped] + [ORACLE]
+    return rep.build_report(priced, drafters=drafters, replayed_on=f"{table.device} ({table.source})", **common)
+
+
+def _print_report(report: Report, replayed: Report | None, as_json: bool, err: Console) -> None:
     from localspec.bench import report as rep
     if as_json:
-        sys.stdout.write(json.dumps(rep.to_json(report), ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(rep.to_document(report, replayed), ensure_ascii=False) + "\n")
         sys.stdout.flush()
         console = err  # the table is still useful to a person; stdout stays pure JSON
     else:
@@ -193,6 +227,14 @@ def _print_report(report: Report, as_json: bool, err: Console) -> None:
     console.print(rep.render_table(report))
     for line in rep.divergence_lines(report):
         console.print(f"  {line}", highlight=False, markup=False)
+    if replayed is not None:
+        console.print(rep.render_table(replayed))
+    unstable = report.unstable()
+    if unstable:
+        worst = max(unstable, key=lambda r: r.spread or 0.0)
+        _note(f"localspec: warning: the repeats of {len(unstable)} (prompt, drafter) pair(s) disagree by more than "
+              f"{rep.NOISE:.0%} (worst: {worst.prompt_id} · {worst.drafter}, {worst.spread:.0%}): the machine was "
+              "busy or the runs are too short; rerun on a quiet machine or with more --repeat")
     if any(d.near_tie is False for _, _, d in report.divergences()):
         _note(f"localspec: warning: some output differs from target-only beyond the {rep.NEAR_TIE_MARGIN}-logit "
               "noise margin: that is not a numerical near-tie (please report it)")
@@ -206,6 +248,8 @@ def _command(**given: object) -> str:
     """The command line that reproduces this run (recorded in the report): every option that was given."""
     parts = ["localspec", "bench"]
     for name, value in given.items():
+        if isinstance(value, Path):  # relative to where it ran: the report must not carry this machine's paths
+            value = os.path.relpath(value)
         if value is not None:
             parts += [f"--{name.replace('_', '-')}", shlex.quote(str(value))]
     return " ".join(parts)

@@ -27,6 +27,9 @@ _DECAY = 0.95  # weight of the past in each running estimate
 _PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried again
 _PROBE_EVERY_MAX = 256
 _PROBE_K = 3
+# c_0 before any evidence: a kind of draft has to earn trust. 0.5 made a short generation on a GPU, where a draft
+# step costs ~30% more than a plain one, pay for drafts it never recovered (0.84x; 0.95x with 0.3: replay_tables.py)
+_PRIOR = 0.3
 
 
 @dataclass(slots=True)
@@ -53,7 +56,7 @@ class _Survival:
         """E[accepted] for every draft length 0..k: the sum over positions of the chance all up to it survive.
 
         c_j, the chance position j is accepted when all before it were, is estimated with c_{j-1} as its prior."""
-        out, survive, total, c = [0.0], 1.0, 0.0, 0.5
+        out, survive, total, c = [0.0], 1.0, 0.0, _PRIOR
         seen = len(self.reached)
         for j in range(k):
             n, a = (self.reached[j], self.accepted[j]) if j < seen else (0.0, 0.0)
@@ -92,28 +95,64 @@ class _Watched:
 
 @dataclass(slots=True)
 class _VerifyCost:
-    """Seconds for one target pass over n tokens, measured per n; unseen n are interpolated."""
+    """Seconds for one target pass over n tokens as the loop lives it: the calibration's shape plus what a live step
+    adds.
 
-    seen: dict[int, float] = field(default_factory=dict)
+    A calibration times bare passes; a live step costs more (the step's own Python work, and on a GPU the context's
+    settings), by an amount that hardly depends on n. Sizes seen live use their own decayed average; sizes only
+    calibrated get the calibration plus the mean live excess. Without the excess, the sizes the chooser uses look
+    dearer than the ones it never tried, and it drifts towards long drafts: on an H100 it went past 8 tokens, where a
+    pass costs 1.5x more (docs/performance.md, replay with step overhead).
+    """
+
+    calibrated: dict[int, float] = field(default_factory=dict)
+    live: dict[int, float] = field(default_factory=dict)
+    excess: float = 0.0  # decayed mean of (live − calibrated) seconds per pass
+    excess_seen: bool = False
+    draft_excess_seen: bool = False
+    _curve: list[float] = field(default_factory=list)  # dense cache of __call__, rebuilt after each update
 
     def update(self, n: int, seconds: float) -> None:
-        old = self.seen.get(n)
-        self.seen[n] = seconds if old is None else _DECAY * old + (1 - _DECAY) * seconds
+        old = self.live.get(n)
+        self.live[n] = seconds if old is None else _DECAY * old + (1 - _DECAY) * seconds
+        bare = self.calibrated.get(n)
+        # the excess of a pass that verifies a draft (rollback, rows to check) is what unseen sizes lack; a plain
+        # step's excess stands in only until a draft has been verified
+        if bare is not None and (n > 1 or not self.draft_excess_seen):
+            over = seconds - bare
+            seen = self.draft_excess_seen if n > 1 else self.excess_seen
+            self.excess = _DECAY * self.excess + (1 - _DECAY) * over if seen else over
+            self.excess_seen = True
+            self.draft_excess_seen = self.draft_excess_seen or n > 1
+        self._curve = []
 
     def known(self) -> bool:
-        return bool(self.seen)
+        return bool(self.calibrated or self.live)
 
     def __call__(self, n: int) -> float:
-        if n in self.seen:
-            return self.seen[n]
-        below = [m for m in self.seen if m < n]
-        above = [m for m in self.seen if m > n]
-        if below and above:
-            lo, hi = max(below), min(above)
-            return self.seen[lo] + (self.seen[hi] - self.seen[lo]) * (n - lo) / (hi - lo)
-        ref = max(below) if below else min(above)
-        # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound)
-        return self.seen[ref] + 0.2 * self.seen.get(1, self.seen[ref]) * (n - ref)
+        if n >= len(self._curve):
+            self._rebuild(max(n, 17))
+        return self._curve[n]
+
+    def _rebuild(self, n_max: int) -> None:
+        seen = {m: s + self.excess for m, s in self.calibrated.items()}
+        seen.update(self.live)
+        sizes = sorted(seen)
+        curve = [0.0] * (n_max + 1)
+        for n in range(1, n_max + 1):
+            if n in seen:
+                curve[n] = seen[n]
+                continue
+            below = max((m for m in sizes if m < n), default=None)
+            above = min((m for m in sizes if m > n), default=None)
+            if below is not None and above is not None:
+                curve[n] = seen[below] + (seen[above] - seen[below]) * (n - below) / (above - below)
+            else:
+                ref = below if below is not None else above
+                assert ref is not None
+                # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound)
+                curve[n] = seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref)
+        self._curve = curve
 
 
 class AdaptiveK:
@@ -160,8 +199,7 @@ class AdaptiveK:
         """Seed the verify-cost curve with measured seconds per batch size; observations keep refining it, and
         ``reset`` returns to it rather than to nothing."""
         self._calibration = dict(verify_seconds)
-        for n, seconds in verify_seconds.items():
-            self._verify.seen.setdefault(n, seconds)
+        self._verify = _VerifyCost(dict(verify_seconds))  # before any generation: nothing live to keep
 
     def calibrate_drafter(self, drafter: str, seconds_per_token: float) -> None:
         """Seed a model drafter's cost per drafted token, so a drafter too slow to pay is never tried."""

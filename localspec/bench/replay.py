@@ -1,0 +1,212 @@
+"""What a generation would cost on another device: replay the drafting policy on a measured cost table.
+
+Greedy output does not depend on the drafter (up to near-tie numerics), so the tokens generated on this machine can
+be drafted again offline, with the policy calibrated on another device's pass costs, and every pass priced there.
+That judges a draft-length policy for an H100 on a CPU-only machine, and answers a user's "what would this buy on
+that machine".
+
+A live step costs more than the bare pass a cost table records (the step's own work, the context's settings): a
+table may carry that as ``step_overhead_seconds`` (``base`` per step, ``draft_step`` more when the pass verifies a
+draft, ``per_token`` × tokens in the pass), fitted to live runs on that device (scripts/replay_tables.py --fit).
+Without it a replay prices bare passes and overestimates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+from localspec.bench.compare import BASELINE
+from localspec.bench.records import RunRecord
+from localspec.bench.runner import split_variant
+from localspec.drafters.auto import AutoDrafter
+from localspec.drafters.base import Drafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.errors import UserError
+from localspec.speculative.adaptive import AdaptiveK, draft_for
+
+REPLAYABLE = ("none", "ngram", "auto")  # drafters whose proposals need no model: auto is replayed without one
+ORACLE = "oracle"
+
+
+@dataclass(frozen=True, slots=True)
+class CostTable:
+    """Seconds per target pass by tokens in the pass (logits at every position), on one device."""
+
+    device: str
+    seconds_by_batch: dict[int, float]
+    overhead_base: float = 0.0  # seconds a live step adds to its bare pass ...
+    overhead_draft: float = 0.0  # ... plus this when the pass verifies a draft ...
+    overhead_per_token: float = 0.0  # ... plus this per token in the pass
+    source: str = ""
+
+    def bare(self, n: int) -> float:
+        """A bare pass of n tokens: measured, interpolated between measured sizes, or extended by the last slope."""
+        table = self.seconds_by_batch
+        if n in table:
+            return table[n]
+        sizes = sorted(table)
+        below = [m for m in sizes if m < n]
+        above = [m for m in sizes if m > n]
+        if below and above:
+            lo, hi = below[-1], above[0]
+        elif len(sizes) == 1:
+            return table[sizes[0]] * n / sizes[0]
+        else:
+            lo, hi = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
+        return table[lo] + (table[hi] - table[lo]) * (n - lo) / (hi - lo)
+
+    def step(self, n: int) -> float:
+        """A live step whose pass holds n tokens."""
+        return self.bare(n) + self.overhead_base + self.overhead_per_token * n + (self.overhead_draft if n > 1 else 0.0)
+
+    def calibration(self, n_max: int) -> dict[int, float]:
+        """What localspec's calibration would measure on that device (bare passes, 1..n_max)."""
+        return {n: self.bare(n) for n in range(1, n_max + 1)}
+
+
+def shipped_tables() -> dict[str, Path]:
+    """The cost tables that ship with localspec, by short name (the file name without ``-gemma3-270m.json``)."""
+    folder = resources.files("localspec") / "costs"
+    return {p.name.removesuffix(".json").removesuffix("-gemma3-270m"): Path(str(p))
+            for p in folder.iterdir() if p.name.endswith(".json")}
+
+
+def load_cost_table(spec: str | Path) -> CostTable:
+    """A shipped table by name (``h100``), a cost-table file (``seconds_by_batch``), or a calibration cache file
+    (a flat ``{n: seconds}`` object, as localspec writes under its cache directory)."""
+    shipped = shipped_tables()
+    path = shipped.get(str(spec), Path(spec))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"no cost table {str(spec)!r}: give a file, or one of {', '.join(sorted(shipped))}") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read cost table {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a cost table: expected a JSON object")
+    raw = data.get("seconds_by_batch", data)
+    try:
+        seconds = {int(n): float(s) for n, s in raw.items()}
+    except (TypeError, ValueError, AttributeError):
+        raise UserError(f"{path} is not a cost table: 'seconds_by_batch' must map batch sizes to seconds") from None
+    if 1 not in seconds or any(s <= 0 for s in seconds.values()) or len(seconds) < 2:
+        raise UserError(f"{path} is not a cost table: it needs positive seconds for n = 1 and at least one more size")
+    overhead = data.get("step_overhead_seconds") or {}
+    return CostTable(
+        device=str(data.get("device", path.stem)), seconds_by_batch=seconds,
+        overhead_base=float(overhead.get("base", 0.0)), overhead_draft=float(overhead.get("draft_step", 0.0)),
+        overhead_per_token=float(overhead.get("per_token", 0.0)),
+        source=path.name,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """One generation priced on a table."""
+
+    tokens: int
+    passes: int
+    seconds: float
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.passes if self.passes else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+def _drafter(name: str, chooser: AdaptiveK) -> Drafter:
+    if name == "ngram":
+        return NgramDrafter()
+    if name == "auto":
+        return AutoDrafter(chooser)
+    raise UserError(f"drafter {name!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
+
+
+def replay(
+    drafter: str, prompt: Sequence[int], output: Sequence[int], table: CostTable, *, k: int | None = None,
+    k_max: int = 16,
+) -> Replayed:
+    """Draft ``output`` again with ``drafter`` and the policy (adaptive, or fixed ``k``), pricing passes on ``table``.
+
+    The policy is calibrated on the table's bare passes and observes each step's live cost, as it would there."""
+    if drafter == "none" or k == 0:
+        return Replayed(len(output), len(output), len(output) * table.step(1))
+    chooser = AdaptiveK(k_max=k_max, fixed=k)
+    chooser.calibrate(table.calibration(k_max + 1))
+    proposer = _drafter(drafter, chooser)
+    history, pos, seconds, passes, drafted, accepted = list(prompt), 0, 0.0, 0, 0, 0
+    proposer.begin(history)
+    while pos < len(output):
+        draft = draft_for(proposer, history, len(output) - pos - 1, chooser)
+        a = 0
+        while a < len(draft.tokens) and draft.tokens[a] == output[pos + a]:
+            a += 1
+        step = table.step(len(draft.tokens) + 1)
+        emitted = output[pos : pos + a + 1]
+        chooser.observe(draft, a, 0.0, step, emitted)
+        history += emitted
+        pos += a + 1
+        proposer.accept(history, a)
+        seconds, passes, drafted, accepted = seconds + step, passes + 1, drafted + len(draft.tokens), accepted + a
+    return Replayed(len(output), passes, seconds, drafted, accepted)
+
+
+def replay_oracle(prompt: Sequence[int], output: Sequence[int], table: CostTable, k_max: int = 16) -> Replayed:
+    """The ceiling for any lookup drafter: each step copies from the earlier occurrence that continues correctly the
+    longest (at most ``k_max`` tokens) and drafts exactly that many."""
+    seq, start = [*prompt, *output], len(prompt)
+    pos, seconds, passes, accepted = 0, 0.0, 0, 0
+    while pos < len(output):
+        here, best = start + pos, 0
+        for j in range(here):
+            n = 0
+            while n < k_max and here + n < len(seq) and seq[j + n] == seq[here + n]:
+                n += 1
+            best = max(best, n)
+        k = min(best, len(output) - pos - 1)
+        seconds, passes, accepted = seconds + table.step(k + 1), passes + 1, accepted + k
+        pos += k + 1
+    return Replayed(len(output), passes, seconds, accepted, accepted)
+
+
+def replay_records(
+    records: Sequence[RunRecord], prompts: Mapping[str, Sequence[int]], table: CostTable, *, fixed_k: int | None,
+    k_max: int = 16,
+) -> tuple[list[RunRecord], list[str]]:
+    """Every run priced on ``table`` (its tokens drafted again by the same drafter and policy), plus an ``oracle``
+    run per baseline; and the drafters that could not be replayed."""
+    out: list[RunRecord] = []
+    skipped: list[str] = []
+    for r in records:
+        name, k = split_variant(r.drafter)
+        if r.anchor or name not in REPLAYABLE or r.prompt_id not in prompts:
+            skipped.append(r.drafter)
+            continue
+        prompt = prompts[r.prompt_id]
+        got = replay(name, prompt, r.tokens, table, k=fixed_k if k is None else k, k_max=k_max)
+        out.append(_priced(r, got, drafted=name != BASELINE))
+        if name == BASELINE:
+            oracle = replay_oracle(prompt, r.tokens, table, k_max)
+            out.append(_priced(replace(r, drafter=ORACLE, compared=False, divergence=None), oracle, drafted=True))
+    return out, list(dict.fromkeys(skipped))
+
+
+def _priced(r: RunRecord, got: Replayed, *, drafted: bool) -> RunRecord:
+    return replace(
+        r, decode_seconds=got.seconds, tokens_per_second=got.tokens_per_second,
+        acceptance_rate=got.acceptance_rate if drafted else None,
+        mean_accepted_length=got.tokens_per_pass if drafted else None,
+    )
