@@ -62,6 +62,7 @@ def test_linux_x86_with_cuda_builds_cuda_and_still_switches_amx_off():
     info = replace(LINUX_X86, has_nvcc=True, has_nvidia_gpu=True)
     flags = _cmake_flags(lb.choose_cmake_args(info))
     assert flags["GGML_CUDA"] == "on"
+    assert flags["CMAKE_CUDA_ARCHITECTURES"] == "native"  # this machine's GPU only: a build of minutes
     assert flags["CMAKE_C_FLAGS"].split() == AMX_FLAGS
     assert lb.describe(info).startswith("CUDA")
 
@@ -92,7 +93,8 @@ def test_intel_mac_uses_the_default_build():
 def test_aarch64_linux_uses_the_default_build_and_cuda_where_there_is_a_gpu():
     arm = PlatformInfo(system="Linux", machine="aarch64")
     assert lb.choose_cmake_args(arm) == ""
-    assert lb.choose_cmake_args(replace(arm, has_nvcc=True, has_nvidia_gpu=True)) == "-DGGML_CUDA=on"
+    cuda = _cmake_flags(lb.choose_cmake_args(replace(arm, has_nvcc=True, has_nvidia_gpu=True)))
+    assert cuda == {"GGML_CUDA": "on", "CMAKE_CUDA_ARCHITECTURES": "native"}
 
 
 def test_windows_uses_the_default_build():
@@ -155,6 +157,29 @@ def test_check_reports_a_segfault_as_the_amx_problem(tmp_path):
     assert "rebuild" in result.message
 
 
+@pytest.mark.skipif(os.name != "posix", reason="fakes the checking interpreter with a shell script")
+@pytest.mark.parametrize(
+    ("last_line", "code"),
+    [
+        ("ok gpu_offload=1 offloaded=19/19", lb.OK),
+        ("ok gpu_offload=1 offloaded=12/19", lb.NO_GPU),  # llama.cpp kept some layers on the CPU
+        ("ok gpu_offload=1 offloaded=none", lb.NO_GPU),  # it never said it offloaded anything
+        ("ok gpu_offload=0 offloaded=none", lb.NO_GPU),  # a CPU build
+    ],
+)
+def test_check_expecting_a_gpu_needs_every_layer_offloaded(tmp_path, last_line, code):
+    fake_python = tmp_path / "python"
+    # the child is asked for the GPU (its last argument) and answers like the real one would
+    fake_python.write_text(f'#!/bin/sh\n[ "$(eval echo \\${{$#}})" = gpu ] || exit 9\necho "{last_line}"\n')
+    fake_python.chmod(0o755)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    result = lb.check(model, python=str(fake_python), expect_gpu=True)
+    assert result.code == code, result.message
+    if code == lb.OK:
+        assert "all 19 layers on the GPU" in result.message
+
+
 def test_check_reports_a_missing_model_as_a_model_problem(tmp_path):
     assert lb.check(tmp_path / "missing.gguf").code == lb.MODEL_PROBLEM
 
@@ -197,3 +222,21 @@ def test_installed_llama_cpp_decodes_the_embedded_model(embedded_model):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")
+
+
+def test_check_expecting_a_gpu_proves_the_offload_or_refuses(embedded_model):
+    """With a GPU build: one decode with every layer on the GPU. Without one (this CPU build): exit 3."""
+    import llama_cpp
+
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "check", str(embedded_model), "--expect-gpu"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if llama_cpp.llama_supports_gpu_offload():
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "layers on the GPU" in proc.stdout
+    else:
+        assert proc.returncode == lb.NO_GPU, proc.stdout + proc.stderr
+        assert "no GPU offload" in proc.stderr
