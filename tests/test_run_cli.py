@@ -149,3 +149,16 @@ def test_a_profile_sets_model_and_drafter_for_run_and_bench(tmp_path: Path, mode
     drafters = {r["drafter"] for r in json.loads(bench.stdout)["results"]}
     assert drafters >= {"none", "early-exit"}
     assert_one_line_error(localspec(["run", "hi", "--profile", "nope"]), "nope")
+
+
+def test_a_drafter_the_policy_keeps_off_is_named() -> None:
+    # (whether early exit pays depends on this machine's timings, so the rule is tested on the stats it reads)
+    from localspec.cli.run import switched_off
+    from localspec.events import Stats
+
+    off = Stats(generated_tokens=64, target_passes=64, drafted=3)
+    assert "--drafter early-exit drafted 3 token(s) in 64 steps" in (switched_off("early-exit", None, off) or "")
+    assert "decoded plainly" in (switched_off("draft", None, off) or "")
+    assert switched_off("early-exit", 2, off) is None  # --k forces drafting: nothing was switched off
+    assert switched_off("auto", None, off) is None  # auto decoding plainly is its normal answer
+    assert switched_off("early-exit", None, Stats(generated_tokens=64, target_passes=40, drafted=60)) is None

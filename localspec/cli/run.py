@@ -17,7 +17,7 @@ from localspec.cli import app, ctrl_c_as_request, user_errors
 from localspec.cli.options import Options, generation_options
 from localspec.cli.render import json_document, stats_lines
 from localspec.errors import UserError
-from localspec.events import Finished, Notice, Step, Token
+from localspec.events import Finished, Notice, Stats, Step, Token
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -25,14 +25,32 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
         if prompt is not None:
             raise UserError("give the prompt either as an argument or with --file, not both")
         try:
-            return prompt_file.read_text(encoding="utf-8")
+            text = decode_text(prompt_file.read_bytes(), f"--file {prompt_file}")
         except OSError as exc:
             raise UserError(f"cannot read --file {prompt_file}: {exc.strerror}") from None
-    if prompt is None:
+    elif prompt is None:
         raise UserError("no prompt: pass it as an argument, '-' to read stdin, or --file PATH")
-    if prompt == "-":
-        return sys.stdin.read()
-    return prompt
+    elif prompt == "-":
+        text = decode_text(sys.stdin.buffer.read(), "stdin")
+    else:
+        text = decode_argument(prompt, "the prompt")
+    if not text.strip():
+        raise UserError("the prompt is empty: pass some text, '-' to read it from stdin, or --file PATH")
+    return text
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """UTF-8 text; invalid bytes become U+FFFD and the user is told once (a prompt is not worth refusing)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        print(f"localspec: {where} is not valid UTF-8: its invalid bytes were replaced with U+FFFD", file=sys.stderr)
+        return data.decode("utf-8", "replace")
+
+
+def decode_argument(value: str, where: str) -> str:
+    # Python hands over undecodable argv bytes as lone surrogates, which no encoder accepts: get the bytes back.
+    return decode_text(value.encode("utf-8", "surrogateescape"), where)
 
 
 @app.command()
@@ -41,7 +59,7 @@ def run(
     prompt: Annotated[str | None, typer.Argument(help="The prompt; '-' reads it from stdin.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the prompt from a file.")] = None,
     chat: Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the model's chat template.")] = False,
-    system: Annotated[str | None, typer.Option("--system", help="System message (with --chat).")] = None,
+    system: Annotated[str | None, typer.Option("--system", help="System message (implies --chat).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, tokens, stats).")] = False,
     *,
     options: Options,
@@ -60,6 +78,9 @@ def run(
 
     with user_errors():
         text = read_prompt(prompt, prompt_file)
+        if system is not None:  # a system message only exists inside a chat template
+            system = decode_argument(system, "--system")
+            chat = True
         with Runtime.open(options.model, options.runtime, options.speculation, options.sampling) as rt:
             for notice in rt.notices:
                 print(f"localspec: {notice}", file=sys.stderr)
@@ -101,4 +122,19 @@ def _generate(
     out.flush()
     for line in stats_lines(finished.stats, rt.drafter_name, device=rt.device):
         print(line, file=sys.stderr)
+    off = switched_off(rt.drafter_name, options.speculation.k, finished.stats)
+    if off:
+        print(f"localspec: {off}", file=sys.stderr)
     return finished
+
+
+def switched_off(drafter: str, k: int | None, stats: Stats) -> str | None:
+    """A notice when the policy kept the drafter the user asked for (almost) off: its drafts did not pay here.
+    (Off, a drafter is still probed now and then, so "almost": fewer drafted tokens than a quarter of the steps.)"""
+    if drafter not in ("draft", "early-exit") or k is not None or stats.target_passes < 4:
+        return None
+    if stats.drafted * 4 >= stats.target_passes:
+        return None
+    return (f"--drafter {drafter} drafted {stats.drafted} token(s) in {stats.target_passes} steps: on this machine "
+            "its drafts cost more than they save, so the policy decoded plainly (--k N forces drafts of N tokens; "
+            "--drafter ngram or auto may pay)")
