@@ -60,6 +60,19 @@ def test_speculative_greedy_equals_plain_greedy(drafter: str, k: int | None) -> 
         assert ctx.tokens == (prompt + got)[:-1]
 
 
+@pytest.mark.parametrize("drafter", ["none", "ngram", "draft"])
+def test_greedy_passes_ask_the_target_for_token_ids_only(drafter: str) -> None:
+    """Greedy prefill and verification never ask for logits: llama.cpp can then pick the argmax in its graph."""
+    got, steps, ctx = run(drafter, PROMPTS[0], 4)
+    assert got and ctx.logit_passes == 0
+
+
+def test_sampled_passes_ask_the_target_for_logits() -> None:
+    s = SamplingSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, seed=5)
+    _, steps, ctx = run("ngram", PROMPTS[0], 4, sampling=s)
+    assert ctx.logit_passes == len(steps) > 0  # one per verifying pass; the prompt is fed without outputs
+
+
 def test_self_draft_is_always_accepted_and_saves_passes() -> None:
     got, steps, ctx = run("self", PROMPTS[1], 4)
     drafted = sum(len(s.accepted) + len(s.rejected) for s in steps)

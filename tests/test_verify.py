@@ -77,12 +77,11 @@ def test_residual_is_normalised_positive_part() -> None:
 
 
 def test_greedy_verification_accepts_the_agreeing_prefix_then_corrects() -> None:
-    logits = np.zeros((4, V), dtype=np.float32)
-    for row, best in enumerate([3, 5, 7, 9]):
-        logits[row, best] = 1.0
-    assert verify_greedy([3, 5, 8], logits) == Verdict(2, 7)
-    assert verify_greedy([3, 5, 7], logits) == Verdict(3, 9)
-    assert verify_greedy([4], logits) == Verdict(0, 3)
+    best = [3, 5, 7, 9]  # the target's argmax after pending, pending + d0, ...: token ids, no logits
+    assert verify_greedy([3, 5, 8], best) == Verdict(2, 7)
+    assert verify_greedy([3, 5, 7], best) == Verdict(3, 9)
+    assert verify_greedy([4], best) == Verdict(0, 3)
+    assert verify_greedy([], best[:1]) == Verdict(0, 3)
 
 
 def test_shape_follows_top_k_top_p_min_p() -> None:

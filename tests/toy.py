@@ -39,7 +39,7 @@ class ToyModel:
 
 
 class ToyContext:
-    """The Target protocol over a ToyModel; counts passes so tests can see what speculation saved."""
+    """The Target protocol over a ToyModel; counts passes (and which kind) so tests can see what was asked."""
 
     def __init__(self, model: ToyModel, n_ctx: int = 4096) -> None:
         self.m = model
@@ -47,8 +47,20 @@ class ToyContext:
         self.n_ctx = n_ctx
         self.tokens: list[int] = []
         self.passes = 0
+        self.logit_passes = 0  # passes that returned logits (decode), not only token ids
 
     def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        self.logit_passes += 1
+        out = self._pass(tokens)
+        return out if all_logits else out[-1:]
+
+    def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
+        return [int(row.argmax()) for row in self._pass(tokens)]
+
+    def feed(self, tokens: Sequence[int]) -> None:
+        self._pass(tokens)
+
+    def _pass(self, tokens: Sequence[int]) -> np.ndarray:
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise RuntimeError("toy context full")
         self.passes += 1
@@ -57,8 +69,7 @@ class ToyContext:
             prev2 = self.tokens[-1] if self.tokens else EOS
             self.tokens.append(int(t))
             rows.append(self.m.row(prev2, int(t)))
-        out = np.stack(rows)
-        return out if all_logits else out[-1:]
+        return np.stack(rows)
 
     def truncate(self, n_keep: int) -> None:
         del self.tokens[n_keep:]

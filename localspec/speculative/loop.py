@@ -22,7 +22,7 @@ from localspec.sampling import PositionalDraws
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.adaptive import AdaptiveK, draft_for
 from localspec.speculative.text import TextStream
-from localspec.speculative.verify import Verdict, verify
+from localspec.speculative.verify import Verdict, verify_greedy, verify_sampled
 
 
 class Target(Protocol):
@@ -32,6 +32,8 @@ class Target(Protocol):
     n_ctx: int
 
     def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray: ...
+    def decode_argmax(self, tokens: Sequence[int]) -> list[int]: ...
+    def feed(self, tokens: Sequence[int]) -> None: ...
     def truncate(self, n_keep: int) -> None: ...
 
 
@@ -73,11 +75,16 @@ class Generator:
         t0 = time.perf_counter()
         draft = Draft() if self.drafter is None else draft_for(self.drafter, history, room, self.chooser)
         t1 = time.perf_counter()
-        # verify: one batch, [pending] + draft, logits at every position
+        # verify: one batch, [pending] + draft, scored at every position (greedy: token ids only, no logits)
         n_cached = len(self.target.tokens)
-        logits = self.target.decode([history[-1], *draft.tokens], all_logits=True)
-        position = len(history)  # where the first token of this pass lands
-        verdict = verify(draft.tokens, draft.dists, logits, self.sampling, lambda i: self.draws.at(position + i))
+        batch = [history[-1], *draft.tokens]
+        if self.sampling.greedy:
+            verdict = verify_greedy(draft.tokens, self.target.decode_argmax(batch))
+        else:
+            logits = self.target.decode(batch, all_logits=True)
+            position = len(history)  # where the first token of this pass lands
+            verdict = verify_sampled(draft.tokens, draft.dists, logits, self.sampling,
+                                     lambda i: self.draws.at(position + i))
         # roll back: keep the pending token and the accepted draft prefix, drop the rejected tail
         self._roll_back(n_cached + 1 + verdict.n_accepted)
         t2 = time.perf_counter()
@@ -92,7 +99,7 @@ class Generator:
             # the model's memory cannot drop a suffix (recurrent/hybrid): rebuild it once, then decode plainly
             kept = self.target.tokens[:n_keep]
             self.target.truncate(0)
-            self.target.decode(kept)
+            self.target.feed(kept)
             self.drafter = None
             self.notices.append("this model cannot roll back its cache: speculation is off, decoding plainly")
 
@@ -153,7 +160,7 @@ class Generator:
         keep = common_prefix(self.target.tokens, history[:-1])
         self.target.truncate(keep)
         if len(history) - 1 > keep:
-            self.target.decode(history[keep:-1])
+            self.target.feed(history[keep:-1])
         stats.prefill_seconds = time.perf_counter() - t0
         return Prefill(len(history), len(history) - 1 - keep, stats.prefill_seconds)
 

@@ -1,9 +1,11 @@
-"""Exact verification of a draft against the target's logits.
+"""Exact verification of a draft against the target's pass over ``pending + draft``.
 
-``logits[i]`` is the target's prediction after ``pending + draft[:i]``, so a draft of k tokens comes with k+1
-rows: the last one yields the bonus token when the whole draft is accepted.
+Row i of that pass is the target's prediction after ``pending + draft[:i]``, so a draft of k tokens comes with
+k+1 rows: the last one yields the bonus token when the whole draft is accepted.
 
 Greedy: accept while the draft equals the target's argmax; the first disagreement is replaced by the argmax.
+Greedy needs only the argmax token id of each row (``Context.decode_argmax``: llama.cpp's backend sampler where
+the build has one), never the logits.
 Sampling: accept draft token x with probability min(1, p(x)/q(x)), else draw from normalise(max(0, p − q))
 (Leviathan et al. 2023; Chen et al. 2023), so every emitted token is distributed exactly as the target's p.
 A drafter without probabilities proposes deterministically: q is one-hot on x, so x is accepted with
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.sampling import Distribution, greedy, shape
+from localspec.sampling import Distribution, shape
 from localspec.settings import SamplingSettings
 
 
@@ -33,12 +35,12 @@ class Verdict:
     token: int
 
 
-def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> Verdict:
+def verify_greedy(draft: Sequence[int], best: Sequence[int]) -> Verdict:
+    """``best[i]``: the target's argmax token after ``pending + draft[:i]`` (len(draft) + 1 of them)."""
     for i, x in enumerate(draft):
-        best = greedy(logits[i])
-        if best != x:
-            return Verdict(i, best)
-    return Verdict(len(draft), greedy(logits[len(draft)]))
+        if best[i] != x:
+            return Verdict(i, best[i])
+    return Verdict(len(draft), best[len(draft)])
 
 
 def residual(p: Distribution, q: Distribution) -> Distribution:
@@ -80,14 +82,3 @@ def verify_sampled(
             return Verdict(i, token)
     return Verdict(len(draft), shape(logits[len(draft)], settings).sample(rng_at(len(draft))))
 
-
-def verify(
-    draft: Sequence[int],
-    draft_dists: Sequence[Distribution] | None,
-    logits: np.ndarray,
-    settings: SamplingSettings,
-    rng_at: Callable[[int], np.random.Generator],
-) -> Verdict:
-    if settings.greedy:
-        return verify_greedy(draft, logits)
-    return verify_sampled(draft, draft_dists, logits, settings, rng_at)
