@@ -6,6 +6,7 @@ everything opened is closed in reverse order when the runtime is closed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,25 +61,36 @@ class Runtime:
         runtime: RuntimeSettings,
         speculation: SpeculationSettings,
         sampling: SamplingSettings,
+        *,
+        cancelled: Callable[[], bool] | None = None,
     ) -> Runtime:
+        """``cancelled``: polled while models load (a Ctrl-C flag); when it turns true, KeyboardInterrupt."""
         stack = ExitStack()
         try:
             name, path = resolve(model)
             notices: list[str] = []
             if runtime.n_gpu_layers and not gpu_offload_supported():  # llama.cpp would silently use the CPU
                 notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
-            target = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose))
+            target = stack.enter_context(
+                Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
+            )
             ctx = stack.enter_context(
                 Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
             )
+            if ctx.n_ctx != runtime.n_ctx:
+                why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
+                       else "llama.cpp sizes contexts in steps of 256")
+                notices.append(f"--ctx {runtime.n_ctx} is {ctx.n_ctx} tokens here ({why})")
             chooser = AdaptiveK(k_max=speculation.k_max, fixed=speculation.k)
             drafter_name = speculation.drafter
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
                 drafter_name = "none"
-            drafter = _open_drafter(drafter_name, target, speculation, sampling, runtime, chooser, stack)
+            drafter = _open_drafter(drafter_name, target, speculation, sampling, runtime, chooser, stack, cancelled)
             if drafter is not None:
                 _calibrate(chooser, ctx, target, runtime, speculation)
+            if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
+                raise KeyboardInterrupt
             generator = Generator(ctx, target.vocab, drafter, sampling, chooser)
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
                      (runtime, speculation, sampling), notices, stack)
@@ -130,6 +142,7 @@ def _open_drafter(
     runtime: RuntimeSettings,
     chooser: AdaptiveK,
     stack: ExitStack,
+    cancelled: Callable[[], bool] | None = None,
 ) -> Drafter | None:
     if kind == "none":
         return None
@@ -138,7 +151,9 @@ def _open_drafter(
     rng = make_rng(None if sampling.seed is None else sampling.seed + 1)
 
     def model_drafter(path: Path, name: str) -> ModelDrafter:
-        draft = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose))
+        draft = stack.enter_context(
+            Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
+        )
         check_compatible(target, draft)
         ctx = stack.enter_context(
             Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)

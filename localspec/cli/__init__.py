@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 
@@ -61,6 +62,10 @@ def ctrl_c_as_request() -> Iterator[Callable[[], bool]]:
 
     A KeyboardInterrupt lands wherever Python happens to be, often in the caller's printing code, where the
     generation's final stats are lost. A polled flag lets the loop finish its step and report.
+
+    While llama.cpp runs (a model load), Python handles the signal inside the next callback llama.cpp makes into
+    Python; an exception raised there is printed as "Exception ignored …" and dropped. So a KeyboardInterrupt
+    that a C callback swallowed counts as a request too, silently.
     """
     requested = threading.Event()
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -72,10 +77,20 @@ def ctrl_c_as_request() -> Iterator[Callable[[], bool]]:
             raise KeyboardInterrupt
         requested.set()
 
+    previous_hook = sys.unraisablehook
+
+    def on_unraisable(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            requested.set()
+            return
+        previous_hook(unraisable)
+
     previous = signal.signal(signal.SIGINT, on_sigint)
+    sys.unraisablehook = on_unraisable
     try:
         yield requested.is_set
     finally:
+        sys.unraisablehook = previous_hook
         # None: the old handler was installed from C and cannot be put back; Python's default is the next best
         signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 

@@ -81,14 +81,16 @@ def run(
         if system is not None:  # a system message only exists inside a chat template
             system = decode_argument(system, "--system")
             chat = True
-        with Runtime.open(options.model, options.runtime, options.speculation, options.sampling) as rt:
+        # from here on a first Ctrl-C is a request: it stops a model load, or the generation after its step
+        with ctrl_c_as_request() as cancelled, Runtime.open(
+            options.model, options.runtime, options.speculation, options.sampling, cancelled=cancelled
+        ) as rt:
             for notice in rt.notices:
                 print(f"localspec: {notice}", file=sys.stderr)
             if chat and rt.chat_template.source != "model":
                 print(f"localspec: chat template: {rt.chat_template.source}", file=sys.stderr)
             tokens_in = rt.prompt_tokens(text, chat=chat, system=system)
-            with ctrl_c_as_request() as cancelled:
-                finished = _generate(rt, tokens_in, options, as_json, cancelled)
+            finished = _generate(rt, tokens_in, options, as_json, cancelled)
     if finished.reason == "interrupted":
         raise typer.Exit(130)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
@@ -35,14 +36,32 @@ def _check_file(path: Path) -> None:
 class Model:
     """A ``llama_model*`` with the facts the rest of localspec needs about it."""
 
-    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_gpu_layers: int = 0,
+        verbose: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
+        """``cancelled`` is polled during the load (a Ctrl-C flag): when it turns true the load stops and
+        KeyboardInterrupt is raised. A signal cannot interrupt llama.cpp itself; it can only be noticed here."""
         self.path = Path(path)
         _check_file(self.path)
         init_backend(verbose)
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        if cancelled is not None:
+
+            @llama_cpp.llama_progress_callback
+            def go_on(progress: float, user_data: ctypes.c_void_p) -> bool:
+                return not cancelled()
+
+            params.progress_callback = go_on  # the local keeps the C callback alive through the load
         handle = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:
+            if cancelled is not None and cancelled():
+                raise KeyboardInterrupt
             raise ModelLoadError(
                 f"llama.cpp could not load {self.path}: the file is corrupt, truncated, or uses an architecture "
                 "this llama-cpp-python does not support (run with --verbose to see llama.cpp's reason)"
