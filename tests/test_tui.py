@@ -232,7 +232,7 @@ def test_help_opens_with_question_mark_only_when_the_input_is_empty(model_path: 
             await pilot.press("escape")
             assert not isinstance(app.screen, HelpScreen)
             await pilot.press("w", "h", "y", "question_mark")
-            assert app.prompt_input.value == "why?"
+            assert app.prompt_input.text == "why?"
             assert not isinstance(app.screen, HelpScreen)
             await pilot.press("f1")
             assert isinstance(app.screen, HelpScreen)

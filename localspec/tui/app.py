@@ -43,12 +43,12 @@ from localspec.tui.messages import (
     RuntimeFailed,
     RuntimeReady,
 )
+from localspec.tui.prompt import PromptInput
 from localspec.tui.widgets import (
     AnswerView,
     ContextFullScreen,
     HelpScreen,
     Legend,
-    PromptInput,
     StatsPanel,
     Transcript,
 )
@@ -88,9 +88,7 @@ class ChatApp(App[None]):
         Binding("ctrl+g", "toggle_ghosts", "Ghosts", priority=True),
         Binding("ctrl+l", "clear", "Clear", priority=True),
         Binding("ctrl+s", "save", "Save", priority=True),
-        Binding("f1", "help", "Help", priority=True),
-        # `?` opens the help only when the input is empty: otherwise it is part of a question
-        Binding("question_mark", "help_if_empty", "Help", show=False, priority=True),
+        Binding("f1", "help", "Help", priority=True),  # and `?` in an empty input (PromptInput decides)
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
@@ -229,8 +227,8 @@ class ChatApp(App[None]):
 
     # ---- asking ---------------------------------------------------------------------------------------------
 
-    def on_input_submitted(self, event: PromptInput.Submitted) -> None:
-        text = event.value.strip()
+    def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
+        text = event.text.strip()
         if not text:
             return
         if not self.ready:
@@ -239,7 +237,8 @@ class ChatApp(App[None]):
         if self.busy:
             self.notify("An answer is being written: wait, or press Esc to stop it.", severity="warning")
             return
-        event.input.value = ""
+        event.prompt_input.set_text("")
+        event.prompt_input.remember(text)
         self.conversation.add_user(text)
         self.transcript.add_user(text)
         self._ask()
@@ -460,9 +459,6 @@ class ChatApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         on_main = len(self.screen_stack) == 1
-        if action == "help_if_empty":
-            # False lets the key through to the input, where `?` is just a character of the question
-            return not on_main or not self.prompt_input.value
         if action == "stop":
             return True if self.busy else None  # shown dimmed while there is nothing to stop
         if action in ("cycle_drafter", "toggle_ghosts", "clear", "save"):
@@ -476,9 +472,6 @@ class ChatApp(App[None]):
         if len(self.screen_stack) > 1:
             return
         self.push_screen(HelpScreen())
-
-    def action_help_if_empty(self) -> None:
-        self.action_help()
 
     def action_stop(self) -> None:
         if self.busy:

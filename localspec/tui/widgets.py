@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Sparkline, Static
+from textual.widgets import Button, Label, Sparkline, Static
 
 from localspec.events import Stats, Step
 
@@ -144,15 +144,6 @@ class AnswerView(Vertical):
 
 def _assemble(runs: list[Run]) -> Content:
     return Content.assemble(*((r.text, STYLE_BY_KIND[r.kind]) for r in runs))
-
-
-class PromptInput(Input):
-    """The message box. While it is empty, `?` is left to the app (it opens the help); otherwise it is text."""
-
-    def check_consume_key(self, key: str, character: str | None) -> bool:
-        if character == "?" and not self.value:
-            return False
-        return super().check_consume_key(key, character)
 
 
 class Transcript(VerticalScroll):
@@ -285,13 +276,15 @@ class Legend(Static):
 
 
 HELP_TEXT = """\
-Type a message and press Enter. The answer streams in as the target model accepts tokens.
+Type a message and press Enter; Shift+Enter or Ctrl+J starts a new line (a paste keeps all its lines). The answer
+streams in as the target model accepts tokens.
 
 Colours: green tokens came from the drafter and the target accepted them; plain tokens the target wrote
 itself; dim struck-through text (briefly) is a draft the target rejected, shown where it was rejected.
 
 Keys
-  Enter    send the message
+  Enter    send the message             Shift+Enter, Ctrl+J   new line
+  Up/Down  your earlier messages (on the first / last line of the input)
   Esc      stop the answer being written (what is there stays)
   F2       next drafter for the next answer: none → ngram → draft → early-exit → auto
   Ctrl+G   show / hide rejected drafts

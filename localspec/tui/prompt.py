@@ -1,0 +1,119 @@
+"""The message box of the chat: several lines, Enter sends, history on Up/Down, keys applied in typing order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widgets import TextArea
+
+
+class PromptInput(TextArea):
+    """Where the user writes. Enter sends; Shift+Enter or Ctrl+J starts a new line (terminals that cannot tell
+    Shift+Enter from Enter still send Ctrl+J); a paste keeps all its lines. Up on the first line recalls the
+    user's earlier messages, Down on the last line goes forward again (back to what was being written).
+
+    Every key is applied here, in the order it arrived. Textual inserts a printable key as soon as the widget
+    handles it, but runs a widget's key bindings (Backspace, arrows, …) only after the key has bubbled up to the
+    app through the queues of every ancestor: typed fast, ``…ghi3⌫⌫⌫⌫XYZ`` became ``…ghi3XYZ`` and then lost
+    letters to the late Backspaces. For the same reason ``?`` (help, when the box is empty) is decided here: the
+    app, looking from outside, saw an empty box while the earlier keys were still queued for it.
+    """
+
+    @dataclass
+    class Submitted(Message):
+        """Enter was pressed; ``text`` is what the box holds (the app decides whether it can be sent)."""
+
+        prompt_input: PromptInput
+        text: str
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("shift+enter,ctrl+j", "newline", "New line", show=False),
+    ]
+
+    def __init__(self, *, placeholder: str = "", id: str | None = None, disabled: bool = False) -> None:
+        super().__init__(
+            soft_wrap=True, tab_behavior="focus", highlight_cursor_line=False, placeholder=placeholder, id=id,
+            disabled=disabled,
+        )  # fmt: skip
+        self.sent: list[str] = []  # the user's earlier messages, oldest first (Up recalls them)
+        self._recalled: int | None = None  # index into history of the message shown, None: the user's draft
+        self._draft = ""
+
+    # ---- keys ----------------------------------------------------------------------------------------------
+
+    async def _on_key(self, event: events.Key) -> None:
+        # Runs before TextArea's own handler (Textual dispatches along the class hierarchy until prevent_default).
+        key = event.key
+        if key == "enter":
+            self._consume(event)
+            self.post_message(self.Submitted(self, self.text))
+        elif event.character == "?" and not self.text:
+            self._consume(event)
+            await self.run_action("app.help")
+        elif key == "up" and self.cursor_at_first_line and self.sent:
+            self._consume(event)
+            self._recall(-1)
+        elif key == "down" and self.cursor_at_last_line and self._recalled is not None:
+            self._consume(event)
+            self._recall(+1)
+        else:
+            binding = next((b for b in self._bindings.key_to_bindings.get(key, ()) if not b.priority), None)
+            if binding is not None:
+                self._consume(event)
+                await self.run_action(binding.action)
+            # otherwise TextArea inserts it (printable) or it bubbles up to the app's bindings (Esc, F2, …)
+
+    @staticmethod
+    def _consume(event: events.Key) -> None:
+        event.stop()
+        event.prevent_default()
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        # terminals paste line ends as \r; the message keeps them as line breaks
+        event.prevent_default()
+        event.stop()
+        text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+        if text and not self.read_only:
+            self._type(text)
+
+    def action_newline(self) -> None:
+        self._type("\n")
+
+    def _type(self, text: str) -> None:
+        """Put ``text`` in place of the selection and the cursor after it, as typing does."""
+        result = self.replace(text, *self.selection, maintain_selection_offset=False)
+        self.move_cursor(result.end_location)
+
+    # ---- history -------------------------------------------------------------------------------------------
+
+    def remember(self, text: str) -> None:
+        """Add a sent message to the history (Up recalls it) and forget any recall in progress."""
+        if not self.sent or self.sent[-1] != text:
+            self.sent.append(text)
+        self._recalled = None
+
+    def _recall(self, step: int) -> None:
+        if self._recalled is None:
+            self._draft = self.text
+            index = len(self.sent) - 1
+        else:
+            index = self._recalled + step
+        if index < 0:
+            return  # already at the oldest message
+        if index >= len(self.sent):
+            self._recalled = None
+            self.load_text(self._draft)
+        else:
+            self._recalled = index
+            self.load_text(self.sent[index])
+        self.move_cursor(self.document.end)
+
+    def set_text(self, text: str) -> None:
+        """Replace the box's content (the app clears it after sending, or puts a message back for editing)."""
+        self.load_text(text)
+        self._recalled = None
+        self.move_cursor(self.document.end)
