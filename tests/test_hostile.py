@@ -137,3 +137,25 @@ def test_a_cancelled_load_raises_keyboard_interrupt(model_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         Model(model_path, cancelled=cancelled)
     assert asked  # llama.cpp asked during the load, and the load stopped
+
+
+# ---- where localspec keeps its files ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["run", "hi"], ["models"], ["pull", "gemma3-270m"]])
+def test_an_unusable_localspec_home_is_one_line(command: list[str]) -> None:
+    result = raw(command, env={"LOCALSPEC_HOME": "/dev/null/x"})
+    assert_one_line_error(result, "/dev/null is not a folder", "LOCALSPEC_HOME")
+
+
+@pytest.mark.parametrize("which", ["config", "data", "cache"])
+def test_a_file_where_a_folder_should_be_is_one_line(which: str, tmp_path: Path, model_path: Path) -> None:
+    home = home_with_the_model(tmp_path, model_path)
+    if which == "data":
+        for f in (home / "data" / "models").iterdir():
+            f.unlink()
+        (home / "data" / "models").rmdir()
+        (home / "data").rmdir()
+    (home / which).write_text("not a folder")
+    result = raw(["run", "hi", "-n", "1"], env={"LOCALSPEC_HOME": str(home)})
+    assert_one_line_error(result, f"{home / which} is not a folder")
