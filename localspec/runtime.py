@@ -74,9 +74,10 @@ class Runtime:
             target = stack.enter_context(
                 Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
             )
-            ctx = stack.enter_context(
-                Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
-            )
+            # greedy: verify through llama.cpp's backend sampler (token ids, no logits copied) where it has one
+            greedy_rows = speculation.k_max + 1 if sampling.greedy else 0
+            ctx = stack.enter_context(Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(),
+                                              n_batch=runtime.n_batch, greedy_rows=greedy_rows))
             if ctx.n_ctx != runtime.n_ctx:
                 why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
                        else "llama.cpp sizes contexts in steps of 256")
