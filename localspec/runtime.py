@@ -117,13 +117,18 @@ class Runtime:
         self.drafter_name = kind
 
     def prompt_tokens(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
+        """A plain prompt may name special tokens ("<start_of_turn>"), as in llama.cpp; a chat message may not."""
         if chat:
-            messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
-            prompt = self.chat_template.apply(messages)
-        tokens = self.model.vocab.tokenize(prompt, add_special=True, parse_special=True)
+            tokens = self.chat_tokens(([Message("system", system)] if system else []) + [Message("user", prompt)])
+        else:
+            tokens = self.model.vocab.tokenize(prompt, add_special=True, parse_special=True)
         if not tokens:
             raise UserError("the prompt is empty: pass some text (or - to read it from stdin)")
         return tokens
+
+    def chat_tokens(self, messages: list[Message]) -> list[int]:
+        """A conversation in the chat template, ready for the model's answer; the messages' text stays text."""
+        return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True)
 
     def close(self) -> None:
         self._stack.close()

@@ -249,8 +249,7 @@ class ChatApp(App[None]):
 
     def _tokens(self, messages: list[Message]) -> list[int]:
         assert self.rt is not None
-        prompt = self.rt.chat_template.apply(messages, add_assistant=True)
-        return self.rt.model.vocab.tokenize(prompt, add_special=True, parse_special=True)
+        return self.rt.chat_tokens(messages)  # what the user typed stays text: no forged turns
 
     def _ask(self) -> None:
         """Answer the last user turn: render the whole conversation (the cache keeps what is unchanged)."""
