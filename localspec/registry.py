@@ -396,6 +396,12 @@ def find_local(entry: ModelEntry) -> Path | None:
     return None
 
 
+def default_profile() -> str | None:
+    """The profile models.toml's ``default`` names, if it names a profile rather than a model."""
+    reg = load_registry()
+    return reg.default if reg.default in reg.profiles and reg.default not in reg.models else None
+
+
 def resolve_profile(name: str) -> Profile:
     reg = load_registry()
     profile = reg.profiles.get(name)

@@ -22,6 +22,7 @@ from tests.conftest import Result, interruptible
 from tests.conftest import assert_one_line_error as one_line_error
 
 if TYPE_CHECKING:
+    from localspec.cli.options import Options
     from localspec.runtime import Runtime
 
 INVALID_UTF8 = b"Hello \xff\xfe world"
@@ -204,3 +205,34 @@ def test_ordinary_chat_text_tokenizes_as_before(runtime: Runtime) -> None:
         whole = runtime.chat_template.apply(conversation)
         expected = runtime.model.vocab.tokenize(whole, add_special=True, parse_special=True)
         assert runtime.chat_tokens(conversation) == expected
+
+
+# ---- models.toml and names ----------------------------------------------------------------------------------
+
+
+def _options(**given: object) -> Options:
+    from localspec.cli.options import build_options
+
+    values: dict[str, object] = dict(
+        model=None, profile=None, drafter=None, draft=None, k=None, exit_layer=None, p_min=0.0, max_tokens=8,
+        temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=None, stop=None, ctx=512, threads=None,
+        gpu_layers=0, verbose=False,
+    )  # fmt: skip
+    return build_options(**(values | given))  # type: ignore[arg-type]
+
+
+def test_a_default_profile_brings_its_drafter_and_draft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "home" / "config"
+    config.mkdir(parents=True)
+    (config / "models.toml").write_text(
+        'default = "pair"\n\n[profiles.pair]\ntarget = "gemma3-270m"\ndrafter = "draft"\n'
+        'draft = "gemma3-270m-it"\nk = 3\n'
+    )
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "home"))
+    options = _options()
+    assert options.model == "gemma3-270m"
+    spec = options.speculation
+    assert (spec.drafter, spec.draft_model, spec.k) == ("draft", "gemma3-270m-it", 3)
+    assert _options(drafter="ngram").speculation.drafter == "ngram"  # what the user gives still wins
+    chosen = _options(model="gemma3-270m")  # a model named on the command line: the default profile is not used
+    assert (chosen.speculation.drafter, chosen.speculation.draft_model) == ("auto", None)

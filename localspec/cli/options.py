@@ -122,6 +122,10 @@ def build_options(
     gpu_layers: int | None,
     verbose: bool,
 ) -> Options:
+    if profile is None and model is None:  # models.toml's `default` may name a profile: all of it applies
+        from localspec.registry import default_profile
+
+        profile = default_profile()
     if profile is not None:
         from localspec.registry import resolve_profile
 
