@@ -68,7 +68,7 @@ def bench(
         rich_help_panel="Replay")] = None,
     ctx: CtxOpt = 4096,
     threads: ThreadsOpt = None,
-    gpu_layers: GpuLayersOpt = 0,
+    gpu_layers: GpuLayersOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Benchmark drafters on a suite of prompts: tok/s, speedup, acceptance, and a lossless check of every run.
@@ -141,7 +141,7 @@ def bench(
                 from localspec.bench.anchors import Anchors
 
                 anchor_set = Anchors(rt.model.path, n_ctx=rt.context.n_ctx, n_threads=runtime.threads(),
-                                     n_gpu_layers=gpu_layers)
+                                     n_gpu_layers=runtime.n_gpu_layers)
             try:
                 runner = Bench(rt, the_suite, names, repeat, anchor_set)
                 jobs = schedule(len(the_suite.prompts), names, repeat)
@@ -150,7 +150,7 @@ def bench(
             finally:
                 if anchor_set is not None:
                     anchor_set.close()
-            machine = rep.machine_info(runtime.threads(), gpu_layers, library_version(), getattr(rt, "device", ""))
+            machine = rep.machine_info(runtime.threads(), runtime.n_gpu_layers, library_version(), rt.device)
             common = dict(model=rt.model_name, machine=machine, suite=the_suite.name, command=command, repeat=repeat,
                           categories=the_suite.categories, interrupted=outcome.interrupted,
                           planned_runs=outcome.planned)
