@@ -266,12 +266,16 @@ def list_gguf_files(
     repo: str, revision: str | None = None, *, endpoint: str | None = None, token: str | bool | None = None
 ) -> list[RemoteFile]:
     """The repo's GGUF files with sizes; split GGUFs are grouped into one entry."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, constants
     from huggingface_hub.hf_api import RepoFile
 
     endpoint = hub_endpoint(endpoint)
     api = HfApi(endpoint=endpoint, token=token, library_name="localspec", library_version=__version__)
     with hub_errors(repo, None, revision, endpoint):
+        if constants.is_offline_mode():
+            raise _cannot_list(repo, "HF_HUB_OFFLINE is set", "unset it to download")
+        if not _reachable(f"{endpoint}/api/models/{repo}"):
+            raise _cannot_list(repo, f"cannot reach {endpoint}", "check your network, or HF_ENDPOINT")
         entries = [
             e
             for e in api.list_repo_tree(repo, recursive=True, revision=revision)
@@ -286,6 +290,40 @@ def list_gguf_files(
         sizes = [m.lfs.size if m.lfs else m.size for m in members]
         files.append(RemoteFile(first, sum(sizes), parts=len(members)))
     return files
+
+
+def _reachable(url: str) -> bool:
+    """One request, no retries. huggingface_hub retries a refused connection five times with backoff (~25 s of
+    "Retrying in 8s" lines) before it gives up; when the hub cannot be reached at all the user should know now."""
+    import httpx2
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(url, timeout=10)
+    except httpx2.TransportError:
+        return False
+    return True
+
+
+def _cannot_list(repo: str, why: str, fix: str) -> UserError:
+    """Listing needs the hub; files of the repo already in the cache can still be pulled (used) by name."""
+    cached = cached_gguf_files(repo)
+    if cached:
+        return UserError(f"{why}, so {repo} cannot be listed; in the cache: {', '.join(cached)}"
+                         f" (name one: `localspec pull {repo} FILE`)")
+    return UserError(f"{why}, and no file of {repo} is in the local cache; {fix}")
+
+
+def cached_gguf_files(repo: str, cache_dir: str | Path | None = None) -> list[str]:
+    """GGUF files of ``repo`` in the hub cache, any revision (their paths inside the repo)."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    snapshots = hub_cache_dir(cache_dir) / repo_folder_name(repo_id=repo, repo_type="model") / "snapshots"
+    try:
+        found = {str(f.relative_to(s)) for s in snapshots.iterdir() for f in s.rglob("*.gguf") if f.is_file()}
+    except OSError:
+        return []
+    return sorted(found)
 
 
 def choose_file(repo: str, files: list[RemoteFile], pattern: str | None, quant: str) -> RemoteFile:
@@ -348,8 +386,7 @@ def hub_errors(repo: str, filename: str | None, revision: str | None, endpoint: 
         yield
     except GatedRepoError:  # a subclass of RepositoryNotFoundError: must come first
         raise UserError(
-            f"{repo} is gated: accept its terms at https://huggingface.co/{repo} and set HF_TOKEN"
-            " (or run `hf auth login`)"
+            f"{repo} is gated: accept its terms at {hub}/{repo} and set HF_TOKEN (or run `hf auth login`)"
         ) from None
     except RepositoryNotFoundError as exc:
         status = exc.response.status_code if exc.response is not None else 404
@@ -527,11 +564,11 @@ def pull_file(
                 if have and progress:
                     _say(f"resuming {filename} at {format_size(have)} of {format_size(meta.size)}")
                 _download(http_get, download_url, incomplete, have, headers, meta.size, filename, progress)
-                _verify_or_remove(incomplete, filename, meta.size, expected_sha, progress)
+                _verify_or_remove(incomplete, filename, meta.size, expected_sha, progress, from_user=bool(sha256))
                 os.replace(incomplete, blob)
                 downloaded = True
             else:
-                _verify_or_remove(blob, filename, meta.size, expected_sha, progress)
+                _verify_or_remove(blob, filename, meta.size, expected_sha, progress, from_user=bool(sha256))
         # Let huggingface_hub link the verified blob into snapshots/ and write refs/, as it would have.
         path = Path(hf_hub_download(repo, filename, revision=rev, cache_dir=cache, endpoint=endpoint, token=token))
         result = PullResult(repo, filename, rev, meta.commit_hash, path, path.stat().st_size, expected_sha, downloaded)
@@ -598,8 +635,12 @@ def _is_sha256(value: str | None) -> bool:
     return bool(value) and re.fullmatch(r"[0-9a-fA-F]{64}", value or "") is not None
 
 
-def _verify_or_remove(path: Path, filename: str, size: int | None, sha: str | None, progress: bool) -> str | None:
-    """Check size, sha256 and GGUF completeness; delete the file on any failure (never looks complete)."""
+def _verify_or_remove(
+    path: Path, filename: str, size: int | None, sha: str | None, progress: bool, *, from_user: bool = False
+) -> str | None:
+    """Check size, sha256 and GGUF completeness; delete the file on any failure (never looks complete).
+
+    ``from_user``: the expected sha256 came from models.toml (else from the hub's own etag)."""
     try:
         actual_size = path.stat().st_size
         if size is not None and actual_size != size:
@@ -609,9 +650,10 @@ def _verify_or_remove(path: Path, filename: str, size: int | None, sha: str | No
         if sha:
             actual = sha256_file(path, progress=progress, label=filename.rsplit("/", 1)[-1])
             if actual != sha:
+                culprit = "the sha256 in models.toml is wrong" if from_user else "the hub serves a corrupt file"
                 raise UserError(
                     f"checksum mismatch for {filename}: sha256 {actual[:12]}…, expected {sha[:12]}…;"
-                    " removed the file (pull again; if it repeats, the sha256 in models.toml is wrong)"
+                    f" removed the file (pull again; if it repeats, {culprit})"
                 )
         if filename.lower().endswith(".gguf"):
             try:

@@ -236,3 +236,65 @@ def test_a_default_profile_brings_its_drafter_and_draft(tmp_path: Path, monkeypa
     assert _options(drafter="ngram").speculation.drafter == "ngram"  # what the user gives still wins
     chosen = _options(model="gemma3-270m")  # a model named on the command line: the default profile is not used
     assert (chosen.speculation.drafter, chosen.speculation.draft_model) == ("auto", None)
+
+
+# ---- pull: fast, one line, and the right reason ---------------------------------------------------------------
+
+REPO = "acme/Tiny-GGUF"
+
+
+@pytest.fixture
+def hub_env(tmp_path: Path) -> dict[str, str]:
+    """A process environment with localspec's home and the hub cache under tmp_path (never ~)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "LOCALSPEC_"))}
+    return env | {"LOCALSPEC_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"),
+                  "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}  # fmt: skip
+
+
+def pull_cli(env: dict[str, str], *args: str, **extra: str) -> Result:
+    proc = subprocess.run(
+        [sys.executable, "-m", "localspec", "pull", *args], capture_output=True, text=True, env=env | extra, timeout=120
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def closed_port() -> str:
+    import socket
+
+    with socket.socket() as s:  # bound, never listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_pull_without_a_network_fails_at_once_with_one_line(hub_env: dict[str, str]) -> None:
+    endpoint = closed_port()
+    for args in ([REPO], [REPO, "T-Q4_K_M.gguf"], ["qwen2.5-7b"]):
+        result = pull_cli(hub_env, *args, HF_ENDPOINT=endpoint)
+        assert_one_line_error(result, f"cannot reach {endpoint}")  # no retry lines before it
+
+
+def test_pull_messages_name_the_right_culprit(hub_env: dict[str, str]) -> None:
+    from tests.hub_server import HubFile, HubServer, make_gguf
+
+    data = make_gguf()
+    corrupt = bytes(data[:-1]) + bytes([data[-1] ^ 0xFF])
+    with HubServer() as server:
+        server.add(REPO, {"T-Q4_K_M.gguf": data, "T-Q8_0.gguf": make_gguf(seed=3)})
+        server.add("acme/Bad-GGUF", {"b.gguf": HubFile(data, served=corrupt)})
+        server.add("acme/Gated-GGUF", {"g.gguf": make_gguf(seed=4)}, token="hf_secret")
+        env = hub_env | {"HF_ENDPOINT": server.url}
+
+        bad = pull_cli(env, "acme/Bad-GGUF", "b.gguf", "-q")
+        assert_one_line_error(bad, "checksum mismatch")
+        assert "models.toml" not in bad.stderr  # the expected sha256 was the hub's own, not the user's file
+
+        gated = pull_cli(env, "acme/Gated-GGUF", "g.gguf", "-q")
+        assert_one_line_error(gated, "is gated", f"{server.url}/acme/Gated-GGUF")
+        assert "huggingface.co" not in gated.stderr  # HF_ENDPOINT names the hub
+
+        assert pull_cli(env, REPO, "T-Q4_K_M.gguf", "-q").code == 0
+    for offline in ({"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": closed_port()}):  # cached files, no hub
+        listing = pull_cli(env, REPO, **offline)
+        assert_one_line_error(listing, "T-Q4_K_M.gguf", f"localspec pull {REPO} FILE")
+        assert "not in the local cache" not in listing.stderr
+        assert pull_cli(env, REPO, "T-Q4_K_M.gguf", "-q", **offline).code == 0  # and a named one is used
