@@ -83,12 +83,34 @@ def test_logits_and_argmax_passes_interleave_on_one_context(model: Model, contex
     assert backend.decode_argmax([108]) == plain.decode_argmax([108])
 
 
-def test_decode_argmax_refuses_more_positions_than_it_was_set_up_for(contexts: tuple[Context, Context]) -> None:
+def test_a_pass_over_more_positions_than_set_up_for_is_refused(contexts: tuple[Context, Context]) -> None:
+    """llama.cpp reserves for greedy_rows outputs and aborts the process on more: refuse before calling it."""
     backend, _ = contexts
     backend.clear()
+    too_many = list(range(1000, 1000 + K_MAX + 2))
     with pytest.raises(ValueError, match="at most 9 positions"):
-        backend.decode_argmax(list(range(1000, 1000 + K_MAX + 2)))
+        backend.decode_argmax(too_many)
+    with pytest.raises(ValueError, match="at most 9"):
+        backend.decode(too_many, all_logits=True)
     assert backend.tokens == []
+    backend.decode(too_many)  # one output (the last row): fine
+    assert backend.tokens == too_many
+
+
+def test_a_build_without_backend_sampling_falls_back_to_the_logits(
+    model: Model, contexts: tuple[Context, Context], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import localspec.engine.context as context_module
+
+    monkeypatch.setattr(context_module, "backend_sampling_available", lambda: False)
+    backend, _ = contexts
+    history = model.vocab.tokenize(PROMPTS[2], add_special=True)
+    with Context(model, n_ctx=256, greedy_rows=K_MAX + 1) as fallback:
+        assert not fallback.backend_sampling and fallback.max_rows == K_MAX + 1
+        backend.clear()
+        for ctx in (backend, fallback):
+            ctx.feed(history[:-1])
+        assert fallback.decode_argmax(history[-1:] + [506, 3890]) == backend.decode_argmax(history[-1:] + [506, 3890])
 
 
 def _generate(model: Model, ctx: Context, prompt: str, drafter: NgramDrafter | None,

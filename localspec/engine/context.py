@@ -10,7 +10,8 @@ ids come back (no 1 MB-per-position logits copy, no argmax in Python). llama.cpp
 sequence that has a backend sampler, so ``decode`` detaches the chain first and ``decode_argmax`` attaches a
 fresh one (a chain can be initialised once); each switch makes llama.cpp re-reserve its graph on the next pass,
 so a greedy loop never switches (it feeds prompts and verifies with ``decode_argmax``), and a logits user (bench's
-near-tie check, sampling with temperature) pays once per switch.
+near-tie check, sampling with temperature) pays once per switch. ``greedy_rows`` also caps every pass's outputs
+(llama.cpp otherwise reserves compute memory for n_batch rows of logits, and with a sampler a padded copy too).
 
 Ties: numpy's argmax takes the first of equal maxima, ggml's CPU argmax the last, its CUDA argmax whichever its
 reduction meets first. Exact float ties at the top are rare; where one occurs both paths give a maximal token.
@@ -36,9 +37,9 @@ class Context:
     def __init__(
         self, model: Model, *, n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 512, greedy_rows: int = 0
     ) -> None:
-        """``greedy_rows`` > 0: the most positions one ``decode_argmax`` scores (a verifier's k_max + 1), served by
-        llama.cpp's backend greedy sampler where this build has one; 0: ``decode_argmax`` takes numpy's argmax
-        of the logits."""
+        """``greedy_rows`` > 0: the most positions one pass scores, logits or argmax (a verifier's k_max + 1), and
+        ``decode_argmax`` served by llama.cpp's backend greedy sampler where this build has one; 0: up to n_batch
+        positions, and ``decode_argmax`` takes numpy's argmax of the logits."""
         self.model = model
         n_ctx = min(n_ctx, model.n_ctx_train) if model.n_ctx_train > 0 else n_ctx
         params = llama_cpp.llama_context_default_params()
@@ -53,12 +54,16 @@ class Context:
         params.swa_full = True
         # The chain must outlive the context: llama.cpp keeps the pointer, not a copy.
         self._chain: llama_cpp.llama_sampler_p | None = None
-        if greedy_rows > 0 and backend_sampling_available():
-            self._chain = _greedy_chain()
-            config = llama_cpp.llama_sampler_seq_config(0, ctypes.cast(self._chain, ctypes.c_void_p))
-            params.samplers = ctypes.pointer(config)
-            params.n_samplers = 1
-            params.n_outputs_max_per_seq = min(greedy_rows, n_batch)
+        if greedy_rows > 0:
+            # llama.cpp sizes its compute buffer for the most outputs a pass may have (n_batch by default: 512
+            # logits rows, 512 MiB with a 262k vocabulary; twice that with a sampler, which pads a copy of them)
+            params.n_outputs_max = min(greedy_rows, n_batch)
+            if backend_sampling_available():
+                self._chain = _greedy_chain()
+                config = llama_cpp.llama_sampler_seq_config(0, ctypes.cast(self._chain, ctypes.c_void_p))
+                params.samplers = ctypes.pointer(config)
+                params.n_samplers = 1
+                params.n_outputs_max_per_seq = params.n_outputs_max
         handle = llama_cpp.llama_init_from_model(model.handle, params)
         if not handle:
             self._free_chain()
@@ -87,8 +92,8 @@ class Context:
             self._batch.seq_id[i][0] = 0
         self._logit_types: dict[int, type] = {}
         self._thread: int | None = None  # the thread that decodes; see _check_thread
-        # the most positions decode_argmax takes at once (llama.cpp refuses more outputs per sequence)
-        self.greedy_rows: int = min(greedy_rows, n_batch) if self.backend_sampling else n_batch
+        # the most positions one pass scores (llama.cpp aborts on more outputs than it reserved for)
+        self.max_rows: int = min(greedy_rows, n_batch) if greedy_rows > 0 else n_batch
 
     @property
     def handle(self) -> llama_cpp.llama_context_p:
@@ -105,18 +110,18 @@ class Context:
 
         The view is valid only until the next decode on this context.
         """
-        if all_logits and len(tokens) > self.n_batch:
-            raise ValueError(f"logits for {len(tokens)} positions exceed the batch size {self.n_batch}")
+        if all_logits and len(tokens) > self.max_rows:
+            raise ValueError(f"logits for {len(tokens)} positions: this context scores at most {self.max_rows}")
         if self._chain is not None:
             self._detach()
         self._run(tokens, all_outputs=all_logits)
         return self._logits(len(tokens) if all_logits else 1)
 
     def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
-        """Append ``tokens`` to the cache; return the argmax token id at every position (at most greedy_rows)."""
+        """Append ``tokens`` to the cache; return the argmax token id at every position (at most max_rows)."""
         n = len(tokens)
-        if n > self.greedy_rows:
-            raise ValueError(f"decode_argmax takes at most {self.greedy_rows} positions, got {n}")
+        if n > self.max_rows:
+            raise ValueError(f"decode_argmax: this context scores at most {self.max_rows} positions, got {n}")
         if not self.backend_sampling:
             return self.decode(tokens, all_logits=True).argmax(axis=1).tolist()
         if self._chain is None:
