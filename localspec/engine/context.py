@@ -13,8 +13,8 @@ so a greedy loop never switches (it feeds prompts and verifies with ``decode_arg
 near-tie check, sampling with temperature) pays once per switch. ``greedy_rows`` also caps every pass's outputs
 (llama.cpp otherwise reserves compute memory for n_batch rows of logits, and with a sampler a padded copy too).
 
-Ties: numpy's argmax takes the first of equal maxima, ggml's CPU argmax the last, its CUDA argmax whichever its
-reduction meets first. Exact float ties at the top are rare; where one occurs both paths give a maximal token.
+Ties: numpy's argmax takes the first of equal maxima, ggml's CPU argmax the last, its CUDA argmax the one its
+parallel reduction keeps. Exact float ties at the top are rare; where one occurs both paths give a maximal token.
 """
 
 from __future__ import annotations
