@@ -353,19 +353,37 @@ def resolve_model(spec: str | None, *, progress: bool = True) -> ResolvedModel:
     """Turn ``--model`` (None, a path, or a registry name) into a local GGUF path, or a one-line UserError."""
     if spec is not None and _looks_like_path(spec):
         path = Path(spec).expanduser()
-        if not path.is_file():
+        if path.is_file():
+            return ResolvedModel(name=path.stem, path=path)
+        pulled = _pulled_file(spec)
+        if pulled is None:
             raise UserError(f"model file not found: {spec} (check the path, or use a name from `localspec models`)")
-        return ResolvedModel(name=path.stem, path=path)
+        return ResolvedModel(name=spec, path=pulled)
     reg = load_registry()
     name = spec if spec is not None else reg.default
     if spec is None and name in reg.profiles and name not in reg.models:
         name = reg.profiles[name].target  # `default` may name a profile: use its target
     entry = reg.models.get(name)
     if entry is None:
+        if name in reg.profiles:
+            raise UserError(f"'{name}' is a profile (target {reg.profiles[name].target} with its drafter), not a"
+                            f" model: did you mean --profile {name}?")
         raise UserError(
             f"unknown model '{name}': use a path to a .gguf file or one of {_list(reg.models)} (see `localspec models`)"
         )
     return ResolvedModel(name=entry.name, path=local_path(entry, progress=progress))
+
+
+def _pulled_file(spec: str) -> Path | None:
+    """A file pulled by repo id, named as `localspec models` lists it: ``owner/name/path/in/repo.gguf``."""
+    from localspec import hub
+
+    for r in hub.load_records():
+        if f"{r.get('repo')}/{r.get('file')}" == spec and Path(str(r.get("path"))).is_file():
+            return Path(str(r["path"]))
+    owner, _, rest = spec.partition("/")
+    repo_name, _, file = rest.partition("/")
+    return hub.cached_path(f"{owner}/{repo_name}", file) if owner and repo_name and file else None
 
 
 def local_path(entry: ModelEntry, *, progress: bool = True) -> Path:

@@ -298,3 +298,26 @@ def test_pull_messages_name_the_right_culprit(hub_env: dict[str, str]) -> None:
         assert_one_line_error(listing, "T-Q4_K_M.gguf", f"localspec pull {REPO} FILE")
         assert "not in the local cache" not in listing.stderr
         assert pull_cli(env, REPO, "T-Q4_K_M.gguf", "-q", **offline).code == 0  # and a named one is used
+
+
+def test_model_accepts_every_name_the_models_listing_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from localspec import hub
+    from localspec.cli.models import _model_rows
+    from localspec.registry import load_registry, resolve_model
+    from tests.hub_server import HubServer, make_gguf
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    with HubServer() as server:
+        server.add(REPO, {"sub/T-Q4_K_M.gguf": make_gguf()})
+        pulled = hub.pull_file(REPO, "sub/T-Q4_K_M.gguf", endpoint=server.url, token=False, progress=False)
+    rows = [r for r in _model_rows(load_registry()) if r.path]
+    assert f"{REPO}/sub/T-Q4_K_M.gguf" in [r.name for r in rows]
+    for row in rows:  # what the NAME column says is what --model takes
+        assert resolve_model(row.name).path == Path(str(row.path))
+    assert resolve_model(f"{REPO}/sub/T-Q4_K_M.gguf").path == pulled.path
+
+
+def test_a_profile_given_as_model_suggests_profile() -> None:
+    assert_one_line_error(raw(["run", "hi", "--model", "qwen2.5-7b"]), "did you mean --profile qwen2.5-7b?")
