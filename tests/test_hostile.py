@@ -321,3 +321,16 @@ def test_model_accepts_every_name_the_models_listing_prints(tmp_path: Path, monk
 
 def test_a_profile_given_as_model_suggests_profile() -> None:
     assert_one_line_error(raw(["run", "hi", "--model", "qwen2.5-7b"]), "did you mean --profile qwen2.5-7b?")
+
+
+def test_help_states_when_a_seed_repeats_the_text() -> None:
+    import re
+
+    from localspec.cli.options import SeedOpt
+
+    seed_help = SeedOpt.__metadata__[0].help  # what `run --help`, `chat --help` and `bench --help` show
+    assert "same seed, same text" not in seed_help.lower()
+    for condition in ("--k", "--drafter none", "same machine", "near-tie"):  # NOTES.md "Numerics"
+        assert condition in seed_help, seed_help
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert not re.search(r"with a seed, n-gram speculation gives exactly", readme)

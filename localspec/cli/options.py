@@ -63,7 +63,8 @@ MaxTokensOpt = Annotated[
     int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.", rich_help_panel=_SAMPLING)
 ]
 TemperatureOpt = Annotated[
-    float, typer.Option("--temperature", "-t", help="0 = greedy (deterministic).", rich_help_panel=_SAMPLING)
+    float, typer.Option("--temperature", "-t", help="0 = greedy (the likeliest token at every step).",
+                        rich_help_panel=_SAMPLING)
 ]
 TopKOpt = Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens (0 = off).",
                                       rich_help_panel=_SAMPLING)]
@@ -71,8 +72,10 @@ TopPOpt = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (
                                         rich_help_panel=_SAMPLING)]
 MinPOpt = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p × the likeliest (0 = off).",
                                         rich_help_panel=_SAMPLING)]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed for sampling: same seed, same text.",
-                                             rich_help_panel=_SAMPLING)]
+SeedOpt = Annotated[int | None, typer.Option(
+    "--seed", help="Seed for sampling. The same seed, options and model on the same machine give the same text when "
+    "the draft lengths are fixed (--k N, or --drafter none); adaptive lengths follow live timings, so a near-tie "
+    "can rarely go the other way (batch numerics).", rich_help_panel=_SAMPLING)]
 StopOpt = Annotated[
     list[str] | None,
     typer.Option("--stop", help="Stop when this text appears (repeatable); it is not printed.",
