@@ -334,3 +334,50 @@ def test_help_states_when_a_seed_repeats_the_text() -> None:
         assert condition in seed_help, seed_help
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert not re.search(r"with a seed, n-gram speculation gives exactly", readme)
+
+
+# ---- small things users notice -------------------------------------------------------------------------------
+
+
+def test_version() -> None:
+    from localspec import __version__
+
+    result = raw(["--version"])
+    assert result.code == 0, result.stderr
+    assert result.stdout.strip() == f"localspec {__version__}"
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["pull"], ["models"], ["bench"], ["chat"]])
+def test_help_shows_no_value_placeholder_beside_flags(command: list[str]) -> None:
+    result = raw([*command, "--help"], env={"COLUMNS": "200"})
+    assert result.code == 0, result.stderr
+    assert "<bool>" not in result.stdout, result.stdout  # a flag takes no value
+
+
+def test_the_command_list_shows_whole_sentences() -> None:
+    result = raw(["--help"], env={"COLUMNS": "250"})
+    rows = [line.strip("│ ") for line in result.stdout.splitlines() if line.startswith("│ ") and "--" not in line]
+    described = {row.split()[0]: row.split(None, 1)[1] for row in rows if len(row.split(None, 1)) == 2}
+    assert set(described) >= {"run", "pull", "models", "bench", "chat"}, result.stdout
+    for name, text in described.items():
+        assert text.endswith("."), (name, text)  # one line each, not cut where the docstring wraps
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
+    read, write = os.pipe()
+    os.close(read)  # `localspec models | head -1` once head has its line: every write now fails
+    proc = subprocess.run([sys.executable, "-m", "localspec", "models"], stdout=write, stderr=subprocess.PIPE,
+                          timeout=120)  # fmt: skip
+    os.close(write)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stderr == b""
+
+
+def test_readme_examples_are_what_a_shell_passes() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert '"Question: What is the capital of France?\\nAnswer:"' not in readme  # a literal backslash-n
+    assert "../shared/" not in readme  # users have no ../shared: the built-in suite is the default
+    for doc in [Path(__file__).parents[1] / "README.md", *(Path(__file__).parents[1] / "docs").glob("*.md")]:
+        if doc.name != "performance.md":
+            for folder in ("/work/", "/root/", "/tmp/"):
+                assert folder not in doc.read_text(), (doc, folder)

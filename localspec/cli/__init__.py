@@ -5,6 +5,8 @@ Errors a user can act on (:class:`localspec.errors.UserError`) become one line o
 
 from __future__ import annotations
 
+import inspect
+import os
 import signal
 import sys
 import threading
@@ -13,10 +15,36 @@ from contextlib import contextmanager
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
+from localspec import __version__
 from localspec.errors import UserError
 
+
+class _Group(TyperGroup):
+    """typer 0.29 prints a value placeholder (``<bool>``) beside every flag, --help included, as if it took one;
+    here each command's flags get a blank one when the command is looked up (for help or for running it)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        _blank_flag_placeholders(self, ctx)
+        return super().get_params(ctx)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _blank_flag_placeholders(command, ctx)
+        return command
+
+
+def _blank_flag_placeholders(command: Any, ctx: Any) -> None:
+    help_option = command.get_help_option(ctx)  # created once and cached by the command
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
 app = typer.Typer(
+    cls=_Group,
     name="localspec",
     help="Lossless speculative decoding for local GGUF models: faster generation, same output.",
     no_args_is_help=True,
@@ -27,8 +55,17 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"localspec {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
     """Lossless speculative decoding for local GGUF models: faster generation, same output.
 
     Start with `localspec run "your prompt"`; `localspec COMMAND --help` explains each command.
@@ -54,6 +91,11 @@ def user_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         print("localspec: interrupted", file=sys.stderr)
         raise typer.Exit(130) from None
+    except BrokenPipeError:
+        # The reader went away (`localspec models | head -1`): it has what it wanted. Stop quietly, and point
+        # stdout at /dev/null so that the final flush does not fail again on the way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
 
 
 @contextmanager
@@ -101,6 +143,12 @@ def _register() -> None:
 
     for name in ("run", "pull", "models", "bench", "chat"):
         importlib.import_module(f"localspec.cli.{name}")
+    # The command list shows a docstring's first paragraph with its line breaks kept (typer, rich mode), so a
+    # summary that wraps in the source reads as cut mid-sentence: give each command its summary as one line.
+    for info in app.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
 
 
 _register()

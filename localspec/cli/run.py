@@ -68,7 +68,7 @@ def run(
 
     Examples:
 
-      localspec run "Question: What is the capital of France?\\nAnswer:"
+      localspec run $'Question: What is the capital of France?\\nAnswer:'
 
       cat notes.txt | localspec run - --drafter ngram --max-tokens 200
 
