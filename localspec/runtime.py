@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec._native import has_gpu_backend
-from localspec.drafters.auto import AutoDrafter
 from localspec.drafters.base import Drafter
 from localspec.drafters.early_exit import default_exit_layer, early_exit_model
 from localspec.drafters.model import ModelDrafter, check_compatible
@@ -23,9 +22,9 @@ from localspec.errors import UserError
 from localspec.hub import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
-from localspec.speculative.adaptive import AdaptiveK
 from localspec.speculative.calibrate import verify_costs
 from localspec.speculative.loop import Generator
+from localspec.speculative.policy import DraftPolicy
 
 NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
 NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device or driver): running on the CPU"
@@ -50,7 +49,7 @@ class Runtime:
     settings: tuple[RuntimeSettings, SpeculationSettings, SamplingSettings]
     notices: list[str] = field(default_factory=list)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
-    _drafters: dict[str, Drafter | None] = field(default_factory=dict, repr=False)
+    _drafters: dict[str, list[Drafter]] = field(default_factory=dict, repr=False)
     # where the target runs, for stats and reports: "CPU (2 threads)", "GPU: all 18 layers offloaded (CUDA)"
     device: str = ""
 
@@ -82,20 +81,20 @@ class Runtime:
                 why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
                        else "llama.cpp sizes contexts in steps of 256")
                 notices.append(f"--ctx {runtime.n_ctx} is {ctx.n_ctx} tokens here ({why})")
-            chooser = AdaptiveK(k_max=speculation.k_max, fixed=speculation.k)
+            policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k)
             drafter_name = speculation.drafter
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
                 drafter_name = "none"
-            drafter = _open_drafter(drafter_name, target, speculation, sampling, runtime, chooser, stack, cancelled)
-            if drafter is not None:
-                _calibrate(chooser, ctx, target, runtime, speculation)
+            drafters = _open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled)
+            if drafters:
+                _calibrate(policy, ctx, target, runtime, speculation)
             if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
                 raise KeyboardInterrupt
-            generator = Generator(ctx, target.vocab, drafter, sampling, chooser)
+            generator = Generator(ctx, target.vocab, drafters, sampling, policy)
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
                      (runtime, speculation, sampling), notices, stack)
-            rt._drafters[drafter_name] = drafter
+            rt._drafters[drafter_name] = drafters
             rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads())
             return rt
         except BaseException:
@@ -108,12 +107,12 @@ class Runtime:
             runtime, speculation, sampling = self.settings
             if kind != "none" and not self.model.can_rollback:
                 raise UserError(f"{self.model_name} cannot roll back its cache: only --drafter none works")
-            self._drafters[kind] = _open_drafter(
-                kind, self.model, speculation, sampling, runtime, self.generator.chooser, self._stack
+            self._drafters[kind] = _open_drafters(
+                kind, self.model, speculation, sampling, runtime, self.generator.policy, self._stack
             )
-        if self._drafters[kind] is not None:
-            _calibrate(self.generator.chooser, self.context, self.model, *self.settings[:2])
-        self.generator.drafter = self._drafters[kind]
+        if self._drafters[kind]:
+            _calibrate(self.generator.policy, self.context, self.model, *self.settings[:2])
+        self.generator.drafters = self._drafters[kind]
         self.drafter_name = kind
 
     def prompt_tokens(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
@@ -140,20 +139,28 @@ class Runtime:
         self.close()
 
 
-def _open_drafter(
+def lookup_drafters(kind: str) -> list[Drafter] | None:
+    """The drafters of ``kind`` that need no model, in the order the loop asks them; None if ``kind`` needs one
+    (``auto`` without a draft model is n-gram lookup alone)."""
+    return {"none": [], "ngram": [NgramDrafter()], "auto": [NgramDrafter()]}.get(kind)
+
+
+def _open_drafters(
     kind: str,
     target: Model,
     speculation: SpeculationSettings,
     sampling: SamplingSettings,
     runtime: RuntimeSettings,
-    chooser: AdaptiveK,
+    policy: DraftPolicy,
     stack: ExitStack,
     cancelled: Callable[[], bool] | None = None,
-) -> Drafter | None:
-    if kind == "none":
-        return None
-    if kind == "ngram":
-        return NgramDrafter()
+) -> list[Drafter]:
+    """The drafters for ``--drafter kind``; ``auto`` is a cascade: n-gram lookup, then the draft model if any."""
+    if kind not in ("auto", "draft", "early-exit") or (kind == "auto" and not speculation.draft_model):
+        drafters = lookup_drafters(kind)
+        if drafters is None:
+            raise UserError(f"unknown drafter {kind!r}")
+        return drafters
     rng = make_rng(None if sampling.seed is None else sampling.seed + 1)
 
     def model_drafter(path: Path, name: str) -> ModelDrafter:
@@ -164,27 +171,22 @@ def _open_drafter(
         ctx = stack.enter_context(
             Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
         )
-        if speculation.k is None:  # the adaptive chooser should know what a drafted token costs before trying
+        if speculation.k is None:  # the policy should know what a drafted token costs before trying
             costs = verify_costs(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, 1)
-            chooser.calibrate_drafter(name, costs[1])
+            policy.calibrate_drafter(name, costs[1])
         return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
 
-    if kind == "draft":
-        _, path = resolve(speculation.draft_model)
-        return model_drafter(path, "draft")
     if kind == "early-exit":
         layer = speculation.exit_layer or default_exit_layer(target.n_layer)
-        return model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")
-    if kind == "auto":
-        model = model_drafter(resolve(speculation.draft_model)[1], "draft") if speculation.draft_model else None
-        return AutoDrafter(chooser, model)
-    raise UserError(f"unknown drafter {kind!r}")
+        return [model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")]
+    model = model_drafter(resolve(speculation.draft_model)[1], "draft")
+    return [NgramDrafter(), model] if kind == "auto" else [model]
 
 
 def _calibrate(
-    chooser: AdaptiveK, ctx: Context, target: Model, runtime: RuntimeSettings, speculation: SpeculationSettings
+    policy: DraftPolicy, ctx: Context, target: Model, runtime: RuntimeSettings, speculation: SpeculationSettings
 ) -> None:
-    if chooser.calibrated or speculation.k is not None:  # a fixed k needs no cost model
+    if policy.calibrated or speculation.k is not None:  # a fixed k needs no cost model
         return
     costs = verify_costs(ctx, known_sha256(target.path), runtime.threads(), runtime.n_gpu_layers, speculation.k_max + 1)
-    chooser.calibrate(costs)
+    policy.calibrate(costs)

@@ -13,8 +13,8 @@ from localspec.engine import Context, Model
 from localspec.engine.context import backend_sampling_available
 from localspec.events import Step
 from localspec.settings import GenerationSettings, SamplingSettings
-from localspec.speculative.adaptive import AdaptiveK
 from localspec.speculative.loop import Generator
+from localspec.speculative.policy import DraftPolicy
 
 K_MAX = 8
 GREEDY = SamplingSettings()
@@ -116,7 +116,8 @@ def test_a_build_without_backend_sampling_falls_back_to_the_logits(
 def _generate(model: Model, ctx: Context, prompt: str, drafter: NgramDrafter | None,
               sampling: SamplingSettings = GREEDY, n: int = 40) -> list[int]:
     # fixed k: the same drafts, so the same batches and the same numerics on both paths
-    gen = Generator(ctx, model.vocab, drafter, sampling, AdaptiveK(k_max=K_MAX, fixed=4 if drafter else None))
+    drafters = [drafter] if drafter else []
+    gen = Generator(ctx, model.vocab, drafters, sampling, DraftPolicy(k_max=K_MAX, fixed=4 if drafter else None))
     steps = [e for e in gen.generate(model.vocab.tokenize(prompt, add_special=True), GenerationSettings(max_tokens=n))
              if isinstance(e, Step)]
     tokens = [t.id for s in steps for t in s.emitted]

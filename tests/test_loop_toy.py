@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.drafters.auto import AutoDrafter
 from localspec.drafters.model import ModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.events import Finished, Step
 from localspec.settings import GenerationSettings, SamplingSettings
-from localspec.speculative.adaptive import AdaptiveK
 from localspec.speculative.loop import Generator
+from localspec.speculative.policy import DraftPolicy
 from tests.toy import ToyContext, ToyModel, plain_greedy
 
 TARGET = ToyModel(seed=1)
@@ -22,22 +21,22 @@ GREEDY = SamplingSettings(temperature=0.0)
 def run(drafter_kind: str, prompt: list[int], k: int | None, max_tokens: int = 60,
         sampling: SamplingSettings = GREEDY) -> tuple[list[int], list[Step], ToyContext]:
     ctx = ToyContext(TARGET)
-    chooser = AdaptiveK(k_max=8, fixed=k)
+    policy = DraftPolicy(k_max=8, fixed=k)
     rng = np.random.default_rng(7)
 
     def model(noise: float) -> ModelDrafter:
         return ModelDrafter(ToyContext(ToyModel(seed=2, noise_from=TARGET, noise=noise)), sampling, rng,  # type: ignore[arg-type]
                             owns_model=False)
 
-    drafter = {
-        "none": None,
-        "ngram": NgramDrafter(),
-        "draft": model(0.7),
-        "self": model(0.0),
-        "auto": AutoDrafter(chooser, model(0.7)),
-        "auto-ngram-only": AutoDrafter(chooser, None),
+    drafters = {  # auto: the cascade the runtime builds, n-gram lookup first
+        "none": [],
+        "ngram": [NgramDrafter()],
+        "draft": [model(0.7)],
+        "self": [model(0.0)],
+        "auto": [NgramDrafter(), model(0.7)],
+        "auto-ngram-only": [NgramDrafter()],
     }[drafter_kind]
-    gen = Generator(ctx, TARGET, drafter, sampling, chooser)  # type: ignore[arg-type]
+    gen = Generator(ctx, TARGET, drafters, sampling, policy)  # type: ignore[arg-type]
     steps: list[Step] = []
     tokens: list[int] = []
     for event in gen.generate(prompt, GenerationSettings(max_tokens=max_tokens)):
@@ -118,13 +117,13 @@ def test_a_model_that_cannot_roll_back_falls_back_to_plain_decoding_with_a_notic
     rng = np.random.default_rng(0)
     noisy = ModelDrafter(ToyContext(ToyModel(seed=2, noise_from=TARGET, noise=0.7)), GREEDY, rng,  # type: ignore[arg-type]
                          owns_model=False)
-    gen = Generator(ctx, TARGET, noisy, GREEDY, AdaptiveK(fixed=4))  # type: ignore[arg-type]
+    gen = Generator(ctx, TARGET, [noisy], GREEDY, DraftPolicy(fixed=4))  # type: ignore[arg-type]
     events = list(gen.generate(prompt, GenerationSettings(max_tokens=40)))
     tokens = [t.id for e in events if isinstance(e, Step) for t in e.emitted]
     notices = [e for e in events if isinstance(e, Notice)]
     assert tokens == plain_greedy(TARGET, prompt, 40)
     assert len(notices) == 1 and "roll back" in notices[0].message
-    assert gen.drafter is None
+    assert gen.drafters == []
 
 
 @pytest.mark.parametrize("k", [1, 3, 6, None])

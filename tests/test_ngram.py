@@ -13,7 +13,7 @@ def test_longest_suffix_match_wins_over_a_more_recent_short_one() -> None:
     draft = d.propose(history, 3)
     # suffix [1, 2, 3] occurred at 0..2 and continued with 4, 5, 9; [3] alone last continued with 7
     assert draft.tokens == [4, 5, 9]
-    assert draft.key == "ngram/3"
+    assert draft.kind == "ngram/3"
 
 
 def test_the_most_recent_occurrence_is_preferred() -> None:
@@ -41,7 +41,7 @@ def test_a_fully_matching_source_is_followed() -> None:
     history += first.tokens + [passage[7]]  # all accepted, and the target's own token continues the passage
     d.accept(history, 4)
     second = d.propose(history, 4)
-    assert second.key == "ngram/follow" and second.tokens == passage[8:12]
+    assert second.kind == "ngram/follow" and second.tokens == passage[8:12]
 
 
 def test_a_new_unrelated_history_rebuilds_the_index() -> None:
@@ -73,4 +73,4 @@ def test_tokens_from_another_drafter_do_not_start_a_follow() -> None:
     assert d.propose(history, 4).tokens == [4, 5, 9, 6]
     history += [7, 8, 9]  # the model's 7 and 8 accepted, then the target's 9 (the source's third token)
     d.accept(history, 2)
-    assert d.propose(history, 4).key != "ngram/follow"
+    assert d.propose(history, 4).kind != "ngram/follow"

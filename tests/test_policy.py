@@ -1,88 +1,113 @@
-"""The adaptive draft-length chooser: what it learns from, and what it then picks."""
+"""The draft-length policy: what it learns from, and what it then lets drafters draft."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 
 from localspec.drafters.base import Draft
-from localspec.speculative.adaptive import AdaptiveK
+from localspec.drafters.ngram import NgramDrafter
+from localspec.speculative.policy import DraftPolicy
 
 # seconds per target pass by batch size, shaped like the CPU measurements (multiples of 4 are cheap)
 COSTS = {1: 0.012, 2: 0.023, 3: 0.028, 4: 0.030, 5: 0.048, 6: 0.050, 7: 0.058, 8: 0.042,
          9: 0.058, 10: 0.063, 11: 0.066, 12: 0.055, 13: 0.070, 14: 0.076, 15: 0.078, 16: 0.066, 17: 0.084}
 PASSAGE = list(range(100, 164))
+LOOKUP = NgramDrafter()
 
 
-def chooser() -> AdaptiveK:
-    c = AdaptiveK(k_max=16)
-    c.calibrate(COSTS)
-    return c
+@dataclass
+class ModelLike:
+    """A drafter that pays per drafted token: the policy chooses its length before it proposes."""
+
+    name: str = "draft"
+    lookup: bool = False
 
 
-def copy_steps(c: AdaptiveK, k: int, steps: int, *, watch: bool) -> None:
-    """Steps of a drafter copying PASSAGE correctly, each drafting only k of its 16 proposed tokens."""
+def policy(**kw: object) -> DraftPolicy:
+    p = DraftPolicy(k_max=16, **kw)  # type: ignore[arg-type]
+    p.calibrate(COSTS)
+    return p
+
+
+def step(p: DraftPolicy, proposal: Draft, truth: list[int]) -> int:
+    """One step as the loop runs it for a lookup: trim, verify against ``truth``, observe. Returns k."""
+    draft = p.trim(proposal, LOOKUP)
+    k = len(draft)
+    accepted = next((i for i in range(k) if draft.tokens[i] != truth[i]), k)
+    p.observe(draft if k else Draft(), accepted, 0.0, COSTS[k + 1], truth[: accepted + 1])
+    return accepted
+
+
+def copy_steps(p: DraftPolicy, steps: int) -> None:
+    """Steps of a lookup that copies PASSAGE correctly, proposing 16 tokens each time."""
     pos = 0
     for _ in range(steps):
-        proposal = Draft(PASSAGE[pos : pos + 16], None, "ngram", "ngram/4+", watched=watch)
-        if watch:
-            c.watch(proposal)
-        emitted = PASSAGE[pos : pos + k + 1]  # k accepted, then the target's own (also the passage's) token
-        c.observe(proposal.trimmed(k), k, 0.0, COSTS[k + 1], emitted)
-        pos += k + 1
-
-
-def plain_step(c: AdaptiveK, emitted: int) -> None:
-    c.observe(Draft(), 0, 0.0, COSTS[1], [emitted])
+        pos += step(p, Draft(PASSAGE[pos : pos + 16], None, "ngram", "ngram/4+"), PASSAGE[pos:]) + 1
 
 
 def test_hindsight_on_whole_proposals_earns_long_drafts() -> None:
-    # one copy broke at its fourth token; after that, drafts verified 3 at a time never test the fourth position
-    # again, so without hindsight the chooser stays at 3; with it, every proposal shows 16 matching tokens
-    learned, blind = chooser(), chooser()
-    broken = Draft([1, 2, 3, 4, 5, 6, 7, 8], None, "ngram", "ngram/4+")
-    learned.watch(broken)
-    learned.observe(replace(broken, watched=True), 3, 0.0, COSTS[9], [1, 2, 3, 99])
-    blind.observe(broken, 3, 0.0, COSTS[9], [1, 2, 3, 99])
-    copy_steps(learned, 3, 12, watch=True)
-    copy_steps(blind, 3, 12, watch=False)
+    # one copy broke at its fourth token. Drafts verified 3 at a time never test the fourth position again, so a
+    # policy that learns only from verdicts stays short; trimmed proposals are scored in hindsight, all 16 tokens
+    learned, blind = policy(), policy()
+    step(learned, Draft([1, 2, 3, 4, 5, 6, 7, 8], None, "ngram", "ngram/4+"), [1, 2, 3, 99])
+    blind.observe(Draft([1, 2, 3, 4, 5, 6, 7, 8], None, "ngram", "ngram/4+"), 3, 0.0, COSTS[9], [1, 2, 3, 99])
+    copy_steps(learned, 12)
+    pos = 0
+    for _ in range(12):  # verdicts only, 3 tokens at a time
+        blind.observe(Draft(PASSAGE[pos : pos + 3], None, "ngram", "ngram/4+"), 3, 0.0, COSTS[4], PASSAGE[pos:pos + 4])
+        pos += 4
     assert learned.best_k("ngram/4+", "ngram") == 15  # a 16-token pass: the cheapest per token when all match
     assert blind.best_k("ngram/4+", "ngram") < 15
 
 
 def test_proposals_seen_during_plain_steps_start_drafting() -> None:
-    c = chooser()
-    assert c.best_k("ngram/4+", "ngram") == 0  # nothing known: a plain step is the better bet
-    copy_steps(c, 0, 40, watch=True)  # plain steps only, while the proposals kept coming true
-    assert c.best_k("ngram/4+", "ngram") > 0
+    p = policy()
+    first = Draft(PASSAGE[:16], None, "ngram", "ngram/4+")
+    assert p.trim(first, LOOKUP).tokens == []  # nothing known: a plain step is the better bet
+    p.observe(Draft(), 0, 0.0, COSTS[1], PASSAGE[:1])
+    for pos in range(1, 40):  # plain steps, while the proposals kept coming true
+        p.trim(Draft(PASSAGE[pos : pos + 16], None, "ngram", "ngram/4+"), LOOKUP)
+        p.observe(Draft(), 0, 0.0, COSTS[1], PASSAGE[pos : pos + 1])
+    assert len(p.trim(Draft(PASSAGE[40:56], None, "ngram", "ngram/4+"), LOOKUP)) > 0
 
 
 def test_a_proposal_that_goes_wrong_teaches_where() -> None:
-    c = chooser()
+    p = policy()
     for _ in range(20):
-        c.watch(Draft([1, 2, 3, 4, 5, 6, 7, 8], None, "ngram", "ngram/2"))
-        for token in (1, 2, 99):  # plain steps; the copy always breaks at its third token
-            plain_step(c, token)
+        for token in (1, 2, 99):  # the copy always breaks at its third token
+            step(p, Draft([1, 2, 3, 4, 5, 6, 7, 8], None, "ngram", "ngram/2"), [token])
     # two tokens are all it ever gets right: never a draft longer than that, and no probe of 3
-    assert c.best_k("ngram/2", "ngram", watched=True) <= 2
+    assert len(p.trim(Draft([1, 2, 3, 4, 5, 6, 7, 8], None, "ngram", "ngram/2"), LOOKUP)) <= 2
 
 
 def test_pending_proposals_do_not_outlive_their_generation() -> None:
-    c = chooser()
-    c.watch(Draft(PASSAGE[:16], None, "ngram", "ngram/4+"))
-    c.restart()
+    p = policy()
+    p.trim(Draft(PASSAGE[:16], None, "ngram", "ngram/4+"), LOOKUP)
+    p.restart()
     for token in PASSAGE[:16]:  # would have confirmed all 16
-        plain_step(c, token)
-    fresh = chooser()
-    assert c.best_k("ngram/4+", "ngram") == fresh.best_k("ngram/4+", "ngram")
+        p.observe(Draft(), 0, 0.0, COSTS[1], [token])
+    assert p.best_k("ngram/4+", "ngram") == policy().best_k("ngram/4+", "ngram")
 
 
-def test_a_drafter_that_cannot_pay_is_never_probed() -> None:
-    c = chooser()
-    c.calibrate_drafter("draft", 0.5)  # half a second per drafted token: no acceptance rate pays for that
-    assert all(c.best_k("draft", "draft") == 0 for _ in range(300))
+def test_a_model_drafter_is_capped_before_it_proposes_and_never_trimmed() -> None:
+    p = policy()
+    slow = ModelLike()
+    p.calibrate_drafter("draft", 0.5)  # half a second per drafted token: no acceptance rate pays for that
+    assert all(p.cap(slow, 16) == 0 for _ in range(300))  # never even probed
+    fast = ModelLike("fast")
+    p.calibrate_drafter("fast", 0.0001)
+    caps = [p.cap(fast, 2) for _ in range(40)]  # unknown acceptance: plain steps, then a probe within the room
+    assert 0 < max(caps) <= 2
+    proposal = Draft(PASSAGE[:5], None, "fast", "fast")
+    assert p.trim(proposal, fast) is proposal
+
+
+def test_a_lookup_may_propose_all_the_room_allows() -> None:
+    p = policy()
+    assert p.cap(LOOKUP, 40) == 16 and p.cap(LOOKUP, 3) == 3 and p.cap(LOOKUP, 0) == 0
 
 
 def test_fixed_k_is_kept_within_the_room() -> None:
-    c = AdaptiveK(fixed=5)
-    assert c.best_k("ngram/1", "ngram") == 5
-    assert c.best_k("ngram/1", "ngram", limit=2) == 2
+    p = DraftPolicy(fixed=5)
+    assert len(p.trim(Draft(PASSAGE[:16], None, "ngram", "ngram/1"), LOOKUP)) == 5
+    assert p.cap(ModelLike(), 2) == 2 and p.cap(ModelLike(), 9) == 5

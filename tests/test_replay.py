@@ -11,7 +11,7 @@ from localspec.bench.replay import CostTable, load_cost_table, replay, replay_or
 from localspec.bench.runner import split_variant
 from localspec.drafters.base import Draft
 from localspec.errors import UserError
-from localspec.speculative.adaptive import AdaptiveK
+from localspec.speculative.policy import DraftPolicy
 
 # a copied passage, then the same passage again: prompt lookup can draft the second copy
 PASSAGE = list(range(100, 160))
@@ -79,9 +79,9 @@ def test_drafter_variants() -> None:
 
 
 def test_sizes_never_seen_live_carry_the_excess_of_a_live_draft_step() -> None:
-    # calibrated bare passes; live, a pass that verifies a draft costs 3 ms more. A size the chooser has not used
-    # must not look cheaper than it will be, or the chooser drifts to it (seen on an H100: passes past 8)
-    c = AdaptiveK(k_max=16)
+    # calibrated bare passes; live, a pass that verifies a draft costs 3 ms more. A size the policy has not used
+    # must not look cheaper than it will be, or the policy drifts to it (seen on an H100: passes past 8)
+    c = DraftPolicy(k_max=16)
     bare = {n: 0.001 * n for n in range(1, 18)}
     c.calibrate(bare)
     for _ in range(30):

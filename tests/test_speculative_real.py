@@ -47,8 +47,8 @@ def runtime(model_path: Path):  # type: ignore[no-untyped-def]
 
 def generate(rt: Runtime, prompt: str, drafter: str, k: int | None, n: int = 48) -> tuple[list[int], list[Step]]:
     rt.set_drafter(drafter)
-    rt.generator.chooser.reset()
-    rt.generator.chooser.fixed = k
+    rt.generator.policy.reset()
+    rt.generator.policy.fixed = k
     steps = [e for e in rt.generator.generate(rt.prompt_tokens(prompt), GenerationSettings(max_tokens=n))
              if isinstance(e, Step)]
     return [t.id for s in steps for t in s.emitted], steps
@@ -90,10 +90,10 @@ def test_greedy_output_matches_target_only_up_to_near_ties(runtime: Runtime, dra
 def test_every_emitted_token_is_the_argmax_of_its_own_verifying_pass(model_path: Path) -> None:
     with Model(model_path) as model, RecordingContext(model, n_ctx=1024) as ctx:
         from localspec.drafters.ngram import NgramDrafter
-        from localspec.speculative.adaptive import AdaptiveK
         from localspec.speculative.loop import Generator
+        from localspec.speculative.policy import DraftPolicy
 
-        gen = Generator(ctx, model.vocab, NgramDrafter(), GREEDY, AdaptiveK(fixed=6))
+        gen = Generator(ctx, model.vocab, [NgramDrafter()], GREEDY, DraftPolicy(fixed=6))
         for prompt in GROUNDED:
             ctx.verified.clear()
             tokens = model.vocab.tokenize(prompt)
@@ -174,8 +174,8 @@ def test_sampled_first_token_distribution_is_the_targets(runtime: Runtime) -> No
     for seed in range(draws):
         rt.set_drafter("ngram")
         rt.generator.sampling = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
-        rt.generator.chooser.reset()
-        rt.generator.chooser.fixed = 3
+        rt.generator.policy.reset()
+        rt.generator.policy.fixed = 3
         first = next(e for e in rt.generator.generate(prompt, GenerationSettings(max_tokens=1)) if isinstance(e, Step))
         token = first.emitted[0].id
         counts[token] = counts.get(token, 0) + 1

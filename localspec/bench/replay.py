@@ -19,14 +19,17 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from localspec.bench.compare import BASELINE
 from localspec.bench.records import RunRecord
 from localspec.bench.runner import split_variant
-from localspec.drafters.auto import AutoDrafter
-from localspec.drafters.base import Drafter
-from localspec.drafters.ngram import NgramDrafter
 from localspec.errors import UserError
-from localspec.speculative.adaptive import AdaptiveK, draft_for
+from localspec.events import Finished
+from localspec.runtime import lookup_drafters
+from localspec.settings import GenerationSettings, SamplingSettings
+from localspec.speculative.loop import Generator
+from localspec.speculative.policy import DraftPolicy
 
 REPLAYABLE = ("none", "ngram", "auto")  # drafters whose proposals need no model: auto is replayed without one
 ORACLE = "oracle"
@@ -127,41 +130,70 @@ class Replayed:
         return self.accepted / self.drafted if self.drafted else None
 
 
-def _drafter(name: str, chooser: AdaptiveK) -> Drafter:
-    if name == "ngram":
-        return NgramDrafter()
-    if name == "auto":
-        return AutoDrafter(chooser)
-    raise UserError(f"drafter {name!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
+class _Clock:
+    """The time a replay has priced so far; the loop reads it as it would read the wall clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _KnownTarget:
+    """A target whose greedy answers are known (the generation being replayed); each pass advances the clock by
+    what the table says it costs. Prefill is free: a replay prices decoding only."""
+
+    def __init__(self, sequence: Sequence[int], table: CostTable, clock: _Clock) -> None:
+        self.sequence, self.table, self.clock = list(sequence), table, clock
+        self.tokens: list[int] = []
+        self.n_ctx = len(self.sequence) + 1
+
+    def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
+        start = len(self.tokens)
+        self.tokens += tokens
+        self.clock.now += self.table.step(len(tokens))
+        # what the target emits after each position; past the end of the replayed text, nothing matches
+        return [self.sequence[i + 1] if i + 1 < len(self.sequence) else -1 for i in range(start, len(self.tokens))]
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        raise NotImplementedError("replays are greedy: a sampled run's tokens depend on its drafts")
+
+    def feed(self, tokens: Sequence[int]) -> None:
+        self.tokens += tokens
+
+    def truncate(self, n_keep: int) -> None:
+        del self.tokens[n_keep:]
+
+
+class _NoText:
+    """Token text does not matter to a replay."""
+
+    def piece(self, token: int) -> bytes:
+        return b""
+
+    def is_eog(self, token: int) -> bool:
+        return False
 
 
 def replay(
     drafter: str, prompt: Sequence[int], output: Sequence[int], table: CostTable, *, k: int | None = None,
     k_max: int = 16,
 ) -> Replayed:
-    """Draft ``output`` again with ``drafter`` and the policy (adaptive, or fixed ``k``), pricing passes on ``table``.
-
-    The policy is calibrated on the table's bare passes and observes each step's live cost, as it would there."""
-    if drafter == "none" or k == 0:
-        return Replayed(len(output), len(output), len(output) * table.step(1))
-    chooser = AdaptiveK(k_max=k_max, fixed=k)
-    chooser.calibrate(table.calibration(k_max + 1))
-    proposer = _drafter(drafter, chooser)
-    history, pos, seconds, passes, drafted, accepted = list(prompt), 0, 0.0, 0, 0, 0
-    proposer.begin(history)
-    while pos < len(output):
-        draft = draft_for(proposer, history, len(output) - pos - 1, chooser)
-        a = 0
-        while a < len(draft.tokens) and draft.tokens[a] == output[pos + a]:
-            a += 1
-        step = table.step(len(draft.tokens) + 1)
-        emitted = output[pos : pos + a + 1]
-        chooser.observe(draft, a, 0.0, step, emitted)
-        history += emitted
-        pos += a + 1
-        proposer.accept(history, a)
-        seconds, passes, drafted, accepted = seconds + step, passes + 1, drafted + len(draft.tokens), accepted + a
-    return Replayed(len(output), passes, seconds, drafted, accepted)
+    """Generate ``output`` again through the speculation loop, with ``drafter`` and the policy (adaptive, or fixed
+    ``k``) calibrated on the table's bare passes, against a target that knows the answers and prices each pass."""
+    drafters = lookup_drafters(drafter)
+    if drafters is None:
+        raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
+    policy = DraftPolicy(k_max=k_max, fixed=k)
+    policy.calibrate(table.calibration(k_max + 1))
+    clock = _Clock()
+    target = _KnownTarget([*prompt, *output], table, clock)
+    generator = Generator(target, _NoText(), drafters, SamplingSettings(), policy, clock)
+    finished = [e for e in generator.generate(prompt, GenerationSettings(max_tokens=len(output)))
+                if isinstance(e, Finished)][-1]
+    s = finished.stats
+    return Replayed(s.generated_tokens, s.target_passes, s.decode_seconds, s.drafted, s.accepted)
 
 
 def replay_oracle(prompt: Sequence[int], output: Sequence[int], table: CostTable, k_max: int = 16) -> Replayed:

@@ -4,7 +4,7 @@ Order matters for fair numbers on a real machine, whose speed drifts (thermal th
 repeats are the outer loop and, within one, each prompt's drafters run back to back, so drift hits every drafter
 of a prompt alike, and an interrupted run has already measured every pair once. The drafter order rotates from
 one repeat to the next so that no drafter always runs first after a prompt change.
-Each run starts from an empty KV cache and a fresh adaptive chooser, so no run inherits another's state.
+Each run starts from an empty KV cache and a fresh draft-length policy, so no run inherits another's state.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Bench:
         self.repeat = repeat
         self.anchors = anchors
         self._tokens: dict[str, list[int]] = {}
-        self._fixed_k = rt.generator.chooser.fixed  # --k for every drafter; NAME:kN overrides it per entry
+        self._fixed_k = rt.generator.policy.fixed  # --k for every drafter; NAME:kN overrides it per entry
 
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
         if prompt.id not in self._tokens:
@@ -144,8 +144,10 @@ class Bench:
         rt = self.rt
         name, k = split_variant(drafter)
         rt.set_drafter(name)
-        self._fresh_chooser()
-        rt.generator.chooser.fixed = self._fixed_k if k is None else k
+        # the policy learns acceptance and costs across generations: a measurement must not inherit what an earlier
+        # run (or another drafter) taught it, so it starts again from its calibration
+        rt.generator.policy.reset()
+        rt.generator.policy.fixed = self._fixed_k if k is None else k
         rt.context.clear()  # each run prefills its prompt from scratch, the same way (batching moves logits)
         tokens: list[int] = []
         pieces: list[str] = []
@@ -167,12 +169,6 @@ class Bench:
             s.generated_tokens, s.decode_seconds, s.tokens_per_second,
             s.acceptance_rate if drafted else None, s.mean_accepted_length if drafted else None, s.stop_reason,
         )
-
-    def _fresh_chooser(self) -> None:
-        # The adaptive chooser learns acceptance and costs across generations; a per-drafter measurement must not
-        # inherit what an earlier run (or another drafter) taught it. Reset in place (back to its calibration):
-        # the auto drafter holds a reference to the same object.
-        self.rt.generator.chooser.reset()
 
     def _gap(self, baseline: RunRecord, run: RunRecord, div: Divergence) -> float | None:
         """Re-decode prompt + the common prefix in one batch and compare the two candidates' logits."""

@@ -1,7 +1,8 @@
-"""The Drafter protocol (llama.cpp's begin/draft/accept shape).
+"""The Drafter protocol (llama.cpp's begin/draft/accept shape): a drafter only proposes.
 
-A drafter sees only the accepted token history; it never touches the target's context. "No draft" (an empty
-``Draft``) is a normal answer: the loop then does a plain decoding step.
+A drafter sees only the accepted token history; it never touches the target's context, and how many tokens it
+drafts is the policy's choice (speculative/policy.py), given as a cap. "No draft" (an empty ``Draft``) is a
+normal answer: the loop then does a plain decoding step.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     dists: list[Distribution] | None = None
     drafter: str = ""
-    key: str = ""  # what the adaptive chooser learns acceptance under (e.g. "ngram/3": a 3-token match)
-    sized: bool = False  # the length was already chosen for cost (a model drafter's k); do not trim again
-    watched: bool = False  # the untrimmed proposal is learned in hindsight (AdaptiveK.watch), not from the verdict
+    kind: str = ""  # what the proposal rests on (e.g. "ngram/3": a 3-token match); acceptance is learned per kind
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -36,15 +35,15 @@ class Draft:
 
 class Drafter(Protocol):
     name: str
-    # cheap: proposing the longest draft costs nothing (a lookup), so look first and trim afterwards;
-    # otherwise every drafted token costs a forward pass and k is chosen before proposing
-    cheap: bool
+    # lookup: proposing the longest draft costs nothing, so the policy lets it propose all it can and trims
+    # afterwards; otherwise every drafted token costs a forward pass and the policy caps it before proposing
+    lookup: bool
 
     def begin(self, history: Sequence[int]) -> None:
         """A new generation starts from ``history`` (which may share a prefix with the previous one)."""
 
-    def propose(self, history: Sequence[int], k: int) -> Draft:
-        """Up to k tokens likely to follow ``history``."""
+    def propose(self, history: Sequence[int], cap: int) -> Draft:
+        """Up to ``cap`` tokens likely to follow ``history`` (a model drafter may stop early, never go past)."""
 
     def accept(self, history: Sequence[int], n_accepted: int) -> None:
         """The step kept ``n_accepted`` draft tokens; ``history`` is the accepted history after the step."""

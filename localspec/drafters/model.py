@@ -19,7 +19,7 @@ from localspec.settings import SamplingSettings
 
 
 class ModelDrafter:
-    cheap = False
+    lookup = False
 
     def __init__(
         self,
@@ -48,9 +48,9 @@ class ModelDrafter:
             ctx.truncate(min(common_prefix(ctx.tokens, history), len(history) - 1))
         return ctx.decode(history[len(ctx.tokens) :])[-1]
 
-    def propose(self, history: Sequence[int], k: int) -> Draft:
-        if k <= 0:
-            return Draft(drafter=self.name, key=self.name)
+    def propose(self, history: Sequence[int], cap: int) -> Draft:
+        if cap <= 0:
+            return Draft(drafter=self.name, kind=self.name)
         row = self._catch_up(history)
         tokens: list[int] = []
         dists: list[Distribution] | None = None if self._sampling.greedy else []
@@ -66,10 +66,10 @@ class ModelDrafter:
                 token = q.sample(self._rng)
                 dists.append(q)
             tokens.append(token)
-            if len(tokens) == k:
+            if len(tokens) == cap:
                 break
             row = self._ctx.decode([token])[-1]
-        return Draft(tokens, dists, self.name, self.name, sized=True)
+        return Draft(tokens, dists, self.name, self.name)
 
     def accept(self, history: Sequence[int], n_accepted: int) -> None:
         # The context holds the old history plus some drafted tokens; of those, the accepted ones agree with the

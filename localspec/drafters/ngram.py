@@ -7,7 +7,7 @@ context as on a short one. Two refinements over plain lookup:
 - **follow**: once a draft copied from some place was accepted in full (bonus token included), keep copying
   from that same place rather than re-looking the suffix up: when the model is reproducing a passage, the most
   recent occurrence of a short suffix is often somewhere else (its own output), while the passage goes on.
-- **keys**: the draft says what it is based on ("ngram/follow", "ngram/3", ...) so the adaptive chooser learns
+- **kinds**: the draft says what it is based on ("ngram/follow", "ngram/3", ...) so the draft-length policy learns
   separately how far each kind of match deserves to be trusted.
 """
 
@@ -20,7 +20,7 @@ from localspec.drafters.base import Draft
 
 class NgramDrafter:
     name = "ngram"
-    cheap = True
+    lookup = True
 
     def __init__(self, max_n: int = 8, min_n: int = 1) -> None:
         self.max_n = max_n
@@ -61,23 +61,23 @@ class NgramDrafter:
                 return start, n
         return None
 
-    def propose(self, history: Sequence[int], k: int) -> Draft:
+    def propose(self, history: Sequence[int], cap: int) -> Draft:
         self._extend(history)
         tokens = self._tokens
         self._source = None
-        if k <= 0:
+        if cap <= 0:
             return Draft(drafter=self.name)
         if self._follow is not None and self._follow < len(tokens):
-            start, key = self._follow, f"{self.name}/follow"
+            start, kind = self._follow, f"{self.name}/follow"
         else:
             found = self._lookup()
             if found is None:
                 return Draft(drafter=self.name)
             start, n = found
-            key = f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}"
-        draft = tokens[start : start + k]
+            kind = f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}"
+        draft = tokens[start : start + cap]
         self._source = start
-        return Draft(draft, None, self.name, key)
+        return Draft(draft, None, self.name, kind)
 
     def accept(self, history: Sequence[int], n_accepted: int) -> None:
         self._extend(history)

@@ -20,7 +20,7 @@ from localspec.errors import ContextFullError, RollbackUnsupported
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
 from localspec.sampling import PositionalDraws
 from localspec.settings import GenerationSettings, SamplingSettings
-from localspec.speculative.adaptive import AdaptiveK, draft_for
+from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.text import TextStream
 from localspec.speculative.verify import Verdict, verify_greedy, verify_sampled
 
@@ -52,29 +52,35 @@ class StepResult:
 
 
 class Generator:
-    """Generates from a target model, with or without a drafter, emitting one Step event per target pass."""
+    """Generates from a target model, with or without drafters, emitting one Step event per target pass.
+
+    ``drafters`` are asked in turn each step (``auto``: n-gram lookup, then the draft model); the first with a
+    draft the policy keeps is verified. None: plain decoding. ``clock`` times the steps (a replay passes its own).
+    """
 
     def __init__(
         self,
         target: Target,
         vocab: TokenInfo,
-        drafter: Drafter | None,
+        drafters: Sequence[Drafter],
         sampling: SamplingSettings,
-        chooser: AdaptiveK | None = None,
+        policy: DraftPolicy | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.target = target
         self.vocab = vocab
-        self.drafter = drafter
+        self.drafters = list(drafters)
         self.sampling = sampling
-        self.chooser = chooser or AdaptiveK()
+        self.policy = policy or DraftPolicy()
+        self.clock = clock
         self.draws = PositionalDraws(sampling.seed)  # renewed per generation: unseeded runs differ
         self.notices: list[str] = []
 
     def step(self, history: list[int], room: int) -> StepResult:
         """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed."""
-        t0 = time.perf_counter()
-        draft = Draft() if self.drafter is None else draft_for(self.drafter, history, room, self.chooser)
-        t1 = time.perf_counter()
+        t0 = self.clock()
+        draft = self._propose(history, room)
+        t1 = self.clock()
         # verify: one batch, [pending] + draft, scored at every position (greedy: token ids only, no logits)
         n_cached = len(self.target.tokens)
         batch = [history[-1], *draft.tokens]
@@ -87,10 +93,20 @@ class Generator:
                                      lambda i: self.draws.at(position + i))
         # roll back: keep the pending token and the accepted draft prefix, drop the rejected tail
         self._roll_back(n_cached + 1 + verdict.n_accepted)
-        t2 = time.perf_counter()
+        t2 = self.clock()
         emitted = [*draft.tokens[: verdict.n_accepted], verdict.token]
-        self.chooser.observe(draft, verdict.n_accepted, t1 - t0, t2 - t1, emitted)
+        self.policy.observe(draft, verdict.n_accepted, t1 - t0, t2 - t1, emitted)
         return StepResult(draft, verdict, emitted, t1 - t0, t2 - t1)
+
+    def _propose(self, history: list[int], room: int) -> Draft:
+        """The policy caps each drafter, the drafter proposes, the policy trims: the first draft left wins."""
+        for drafter in self.drafters:
+            cap = self.policy.cap(drafter, room)
+            if cap:
+                draft = self.policy.trim(drafter.propose(history, cap), drafter)
+                if draft.tokens:
+                    return draft
+        return Draft()
 
     def _roll_back(self, n_keep: int) -> None:
         try:
@@ -100,7 +116,7 @@ class Generator:
             kept = self.target.tokens[:n_keep]
             self.target.truncate(0)
             self.target.feed(kept)
-            self.drafter = None
+            self.drafters = []
             self.notices.append("this model cannot roll back its cache: speculation is off, decoding plainly")
 
     def generate(
@@ -114,12 +130,12 @@ class Generator:
         self.draws = PositionalDraws(self.sampling.seed)
         stats = Stats(prompt_tokens=len(history))
         yield self._prefill(history, stats)
-        if self.drafter is not None:
-            self.drafter.begin(history)
-        self.chooser.restart()
+        for drafter in self.drafters:
+            drafter.begin(history)
+        self.policy.restart()
         text = TextStream(self.vocab, settings.stop)
         reason = "length"
-        start = time.perf_counter()
+        start = self.clock()
         try:
             while stats.generated_tokens < settings.max_tokens:
                 if cancelled():
@@ -133,8 +149,8 @@ class Generator:
                 result = self.step(history, room)
                 event, ended = self._emit(result, text, settings.max_tokens - stats.generated_tokens)
                 history.extend(t.id for t in event.emitted)
-                if self.drafter is not None:
-                    self.drafter.accept(history, len(event.accepted))
+                for drafter in self.drafters:
+                    drafter.accept(history, len(event.accepted))
                 stats.add_step(event)
                 yield event
                 while self.notices:
@@ -147,7 +163,7 @@ class Generator:
         # keep the invariant for the next call: the cache holds history[:-1]
         self.target.truncate(len(history) - 1)
         stats.stop_reason = reason
-        stats.decode_seconds = time.perf_counter() - start
+        stats.decode_seconds = self.clock() - start
         yield Finished(reason, stats, "" if reason == "stop" else text.flush())
 
     def _prefill(self, history: list[int], stats: Stats) -> Prefill:
@@ -156,12 +172,12 @@ class Generator:
                 f"the prompt is {len(history)} tokens but the context holds {self.target.n_ctx}: "
                 "raise --ctx or shorten the prompt"
             )
-        t0 = time.perf_counter()
+        t0 = self.clock()
         keep = common_prefix(self.target.tokens, history[:-1])
         self.target.truncate(keep)
         if len(history) - 1 > keep:
             self.target.feed(history[keep:-1])
-        stats.prefill_seconds = time.perf_counter() - t0
+        stats.prefill_seconds = self.clock() - t0
         return Prefill(len(history), len(history) - 1 - keep, stats.prefill_seconds)
 
     def _emit(self, result: StepResult, text: TextStream, budget: int) -> tuple[Step, str | None]:

@@ -1,4 +1,7 @@
-"""Choose the draft length each step to maximise expected tokens per second.
+"""The draft-length policy: how many tokens each step drafts, chosen to maximise expected tokens per second.
+
+Drafters only propose; the loop asks the policy for a cap before proposing and to trim the proposal after
+(``cap`` / ``trim``), then tells it what the step cost and kept (``observe``).
 
 A pass that verifies k drafted tokens emits 1 + (accepted prefix) tokens and costs verify(k+1) + k·draft_cost.
 Acceptance is not independent per token — a copied passage is either the right one (and then goes on) or not —
@@ -8,18 +11,18 @@ verify(n) is measured per batch size (on CPU, batches of a multiple of 4 tokens 
 curve is not linear) and can be seeded from a calibration. All estimates decay, so choices follow the text.
 k = 0 is a plain decoding step: a drafter that does not pay is switched off, and probed now and then.
 
-Cheap drafts (lookups) are learned in hindsight: the whole proposal, before it was trimmed to k, is compared with
-the tokens the target goes on to emit. Those do not depend on the draft: greedy tokens are the target's argmax
-(up to the batch-vs-single numerics), and sampled tokens verified against a one-hot draft are drawn from the
-position's own random stream (verify.py). So the chooser learns how far a kind of match really runs even while it
-drafts only 3 tokens, or none: without this, positions it never drafts never earn trust, and a long copy is
+Lookup drafts (free to propose) are learned in hindsight: the whole proposal, before it was trimmed to k, is
+compared with the tokens the target goes on to emit. Those do not depend on the draft: greedy tokens are the
+target's argmax (up to the batch-vs-single numerics), and sampled tokens verified against a one-hot draft are drawn
+from the position's own random stream (verify.py). So the policy learns how far a kind of match really runs even
+while it drafts only 3 tokens, or none: without this, positions it never drafts never earn trust, and a long copy is
 verified 4 tokens at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from localspec.drafters.base import Draft, Drafter
 
@@ -100,7 +103,7 @@ class _VerifyCost:
 
     A calibration times bare passes; a live step costs more (the step's own Python work, and on a GPU the context's
     settings), by an amount that hardly depends on n. Sizes seen live use their own decayed average; sizes only
-    calibrated get the calibration plus the mean live excess. Without the excess, the sizes the chooser uses look
+    calibrated get the calibration plus the mean live excess. Without the excess, the sizes the policy uses look
     dearer than the ones it never tried, and it drifts towards long drafts: on an H100 it went past 8 tokens, where a
     pass costs 1.5x more (docs/performance.md, replay with step overhead).
     """
@@ -155,7 +158,7 @@ class _VerifyCost:
         self._curve = curve
 
 
-class AdaptiveK:
+class DraftPolicy:
     """Picks k per step; ``fixed`` pins it (``--k N``)."""
 
     def __init__(self, k_max: int = 16, fixed: int | None = None) -> None:
@@ -166,7 +169,7 @@ class AdaptiveK:
         self.reset()
 
     def reset(self) -> None:
-        """Forget what was learned (acceptance and costs); drafters holding this chooser keep using it."""
+        """Forget what was learned (acceptance and costs), back to the calibration."""
         self._survival: dict[str, _Survival] = {}
         self._draft_cost: dict[str, float] = dict(self._drafter_calibration)  # seconds per drafted token
         self._verify = _VerifyCost(dict(self._calibration))
@@ -177,18 +180,29 @@ class AdaptiveK:
     def restart(self) -> None:
         """A new generation: proposals still waiting for their outcome belong to the old text."""
         self._watched: list[_Watched] = []
+        self._trimmed: Draft | None = None  # the last draft `trim` cut from a watched proposal
 
-    def watch(self, draft: Draft) -> None:
-        """Learn from the whole of a cheap proposal, whatever length it is trimmed to (see the module doc).
+    def cap(self, drafter: Drafter, room: int) -> int:
+        """How many tokens ``drafter`` may propose this step (``room``: what the generation has left). A lookup
+        proposes all it can and is trimmed afterwards; a model drafter pays per token, so its length is chosen now."""
+        if room <= 0:
+            return 0
+        if drafter.lookup:
+            return min(room, self.k_max)
+        return self.best_k(drafter.name, drafter.name, room)
 
-        The draft the step then verifies must be marked ``watched`` so that its verdict is not counted twice."""
-        if draft.tokens:
-            self._watched.append(_Watched(draft.tokens, self._survival_of(draft.key)))
+    def trim(self, draft: Draft, drafter: Drafter) -> Draft:
+        """Keep as much of a lookup's proposal as its kind has earned; the whole proposal is learned in hindsight."""
+        if not drafter.lookup or not draft.tokens:
+            return draft
+        self._watched.append(_Watched(draft.tokens, self._survival_of(draft.kind)))
+        self._trimmed = draft.trimmed(self.best_k(draft.kind, draft.drafter, len(draft), watched=True))
+        return self._trimmed
 
-    def _survival_of(self, key: str) -> _Survival:
-        survival = self._survival.get(key)
+    def _survival_of(self, kind: str) -> _Survival:
+        survival = self._survival.get(kind)
         if survival is None:
-            survival = self._survival[key] = _Survival()
+            survival = self._survival[kind] = _Survival()
         return survival
 
     @property
@@ -206,8 +220,8 @@ class AdaptiveK:
         self._drafter_calibration[drafter] = seconds_per_token
         self._draft_cost.setdefault(drafter, seconds_per_token)
 
-    def best_k(self, key: str, drafter: str, limit: int | None = None, *, watched: bool = False) -> int:
-        """The k that maximises expected tokens per second for drafts of kind ``key`` (``watched``: learned in
+    def best_k(self, kind: str, drafter: str, limit: int | None = None, *, watched: bool = False) -> int:
+        """The k that maximises expected tokens per second for drafts of ``kind`` (``watched``: learned in
         hindsight, so never worth a probe)."""
         cap = self.k_max if limit is None else min(limit, self.k_max)
         if self.fixed is not None:
@@ -216,7 +230,7 @@ class AdaptiveK:
             return 0
         if not self._verify.known():
             return min(_PROBE_K, cap)  # nothing measured yet: a modest draft measures the costs
-        expected = self._survival_of(key).expected_accepted(cap)
+        expected = self._survival_of(kind).expected_accepted(cap)
         d = self._draft_cost.get(drafter, 0.0)
         plain = 1.0 / self._verify(1)
         best_k, best_rate, could_pay = 0, plain, False
@@ -231,16 +245,16 @@ class AdaptiveK:
                 return 0  # a probe would pay to learn what the proposal teaches for free
             if not could_pay:
                 return 0  # even a draft that is always right costs more than it saves: never probe
-            waited = self._plain_steps.get(key, 0) + 1
-            self._plain_steps[key] = waited
-            patience = self._patience.get(key, _PROBE_EVERY)
+            waited = self._plain_steps.get(kind, 0) + 1
+            self._plain_steps[kind] = waited
+            patience = self._patience.get(kind, _PROBE_EVERY)
             if waited >= patience:
                 # each probe that does not win the drafter back doubles the wait for the next one
-                self._plain_steps[key] = 0
-                self._patience[key] = min(2 * patience, _PROBE_EVERY_MAX)
+                self._plain_steps[kind] = 0
+                self._patience[kind] = min(2 * patience, _PROBE_EVERY_MAX)
                 return min(_PROBE_K, cap)
             return 0
-        self._patience.pop(key, None)
+        self._patience.pop(kind, None)
         return best_k
 
     def observe(
@@ -249,8 +263,8 @@ class AdaptiveK:
         """One step's outcome; ``emitted`` are the tokens it produced (accepted draft tokens, then the target's)."""
         drafted, drafter = len(draft), draft.drafter
         self._verify.update(drafted + 1, verify_seconds)
-        if drafted and not draft.watched:
-            self._survival_of(draft.key).update(accepted, drafted)
+        if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice
+            self._survival_of(draft.kind).update(accepted, drafted)
         self._watched = [w for w in self._watched if not w.advance(emitted)]
         if drafted:
             per_token = draft_seconds / drafted
@@ -261,17 +275,3 @@ class AdaptiveK:
         """What one plain decoding step costs, as measured (0 before any step)."""
         return self._verify(1) if self._verify.known() else 0.0
 
-
-def draft_for(drafter: Drafter, history: Sequence[int], room: int, chooser: AdaptiveK) -> Draft:
-    """Ask ``drafter`` for the draft length that pays best, never more than ``room`` tokens."""
-    if room <= 0:
-        return Draft(drafter=drafter.name)
-    if drafter.cheap:  # look first (free), then keep as much as the match kind has earned
-        draft = drafter.propose(history, min(room, chooser.k_max))
-        if draft.tokens and not draft.sized:
-            chooser.watch(draft)
-            k = chooser.best_k(draft.key, draft.drafter, len(draft), watched=True)
-            return replace(draft.trimmed(k), watched=True)
-        return draft
-    k = chooser.best_k(drafter.name, drafter.name, room)
-    return drafter.propose(history, k) if k else Draft(drafter=drafter.name, key=drafter.name)
