@@ -381,3 +381,13 @@ def test_readme_examples_are_what_a_shell_passes() -> None:
         if doc.name != "performance.md":
             for folder in ("/work/", "/root/", "/tmp/"):
                 assert folder not in doc.read_text(), (doc, folder)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(["run", "hi", "--bogus"], "No such option: --bogus"), (["run", "hi", "--max-tokens", "lots"], "--max-tokens"),
+     (["frobnicate"], "No such command 'frobnicate'"), (["pull"], "Missing argument")],
+)  # fmt: skip
+def test_usage_errors_are_one_line_too(args: list[str], fragment: str) -> None:
+    result = raw(args)
+    assert_one_line_error(result, fragment, "--help")

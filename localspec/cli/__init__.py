@@ -35,6 +35,28 @@ class _Group(TyperGroup):
             _blank_flag_placeholders(command, ctx)
         return command
 
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Usage errors (an unknown option, a value that is not a number) are one line and exit code 2 like every
+        other bad input, instead of typer's boxed usage panel."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)  # an Exit's code comes back as result
+        except typer.Abort:
+            print("localspec: interrupted", file=sys.stderr)
+            sys.exit(130)
+        except Exception as exc:
+            if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+                raise  # not click's usage or parameter error: a bug, to be seen as one
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `localspec` alone: the help is the answer
+                exc.show()  # type: ignore[attr-defined]
+                sys.exit(exc.exit_code)
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            print(f"localspec: error: {exc.format_message()}{hint}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        sys.exit(result if isinstance(result, int) else 0)
+
 
 def _blank_flag_placeholders(command: Any, ctx: Any) -> None:
     help_option = command.get_help_option(ctx)  # created once and cached by the command
