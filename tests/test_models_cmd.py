@@ -120,3 +120,17 @@ def test_models_reports_a_broken_user_file_in_one_line(env: Path) -> None:
     (config / "models.toml").write_text("[models.x]\nrepo = 'a/b'\nfile = \n")
     result = CliRunner().invoke(app, ["models"])
     assert_one_line_error(result.exit_code, result.stderr, f"{config / 'models.toml'}:3: invalid TOML")
+
+
+def test_loading_a_good_model_never_parses_its_header(model_path: Path) -> None:
+    # the header walk over a 262k-token vocabulary took 0.1-0.7 s of every start; it is kept for refused files
+    import subprocess
+    import sys
+
+    probe = ("import localspec.gguf_header as g\n"
+             "def refuse(*a, **k): raise SystemExit('parsed the header')\n"
+             "g.read_header = g.check_complete = refuse\n"
+             "from localspec.engine import Model\n"
+             f"Model({str(model_path)!r}).close()\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

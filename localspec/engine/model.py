@@ -26,11 +26,18 @@ def _check_file(path: Path) -> None:
             f"{path} is not a GGUF model file (it does not start with 'GGUF'): "
             "convert it with llama.cpp's convert_hf_to_gguf.py or pick a .gguf file"
         )
-    try:
-        from localspec.gguf_header import check_complete
-    except ImportError:  # the header reader is optional for loading; llama.cpp still validates
-        return
-    check_complete(path)
+
+
+def _refusal(path: Path) -> ModelLoadError:
+    """Why llama.cpp refused a GGUF file. Reading the header costs 0.1–0.7 s (a 262k-token vocabulary is parsed to
+    reach the tensors), so it is done only once llama.cpp has refused the file, never on the way to a load."""
+    from localspec.gguf_header import check_complete
+
+    check_complete(path)  # raises with the precise reason (truncated, bad header, ...)
+    return ModelLoadError(
+        f"llama.cpp could not load {path}: the file is corrupt, or uses an architecture this llama-cpp-python "
+        "does not support (run with --verbose to see llama.cpp's reason)"
+    )
 
 
 class Model:
@@ -62,19 +69,14 @@ class Model:
         if not handle:
             if cancelled is not None and cancelled():
                 raise KeyboardInterrupt
-            raise ModelLoadError(
-                f"llama.cpp could not load {self.path}: the file is corrupt, truncated, or uses an architecture "
-                "this llama-cpp-python does not support (run with --verbose to see llama.cpp's reason)"
-            )
+            raise _refusal(self.path)
         self._handle: llama_cpp.llama_model_p | None = handle
         self.vocab = Vocab(llama_cpp.llama_model_get_vocab(handle))
         self.n_layer: int = llama_cpp.llama_model_n_layer(handle)
         # layers on the GPU, of n_layer + 1 (the blocks and the output layer): 0 where llama.cpp cannot offload
         self.gpu_layers: int = offloaded_layers(n_gpu_layers, self.n_layer)
-        self.n_embd: int = llama_cpp.llama_model_n_embd(handle)
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(handle)
         self.architecture: str = self.meta("general.architecture") or "unknown"
-        self.description: str = self._desc()
         self.can_rollback: bool = not (
             llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle)
         )
@@ -89,11 +91,6 @@ class Model:
         buf = ctypes.create_string_buffer(4096)
         n = llama_cpp.llama_model_meta_val_str(self.handle, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
-
-    def _desc(self) -> str:
-        buf = ctypes.create_string_buffer(256)
-        llama_cpp.llama_model_desc(self.handle, buf, len(buf))
-        return buf.value.decode("utf-8", "replace")
 
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.handle, None)
