@@ -52,16 +52,28 @@ def test_a_new_unrelated_history_rebuilds_the_index() -> None:
     assert d.propose([9, 8, 9], 1).tokens == [8]
 
 
+class CountingDict(dict):
+    writes = 0
+
+    def __setitem__(self, key: object, value: object) -> None:
+        CountingDict.writes += 1
+        super().__setitem__(key, value)
+
+
 def test_a_long_context_is_indexed_incrementally() -> None:
     d = NgramDrafter()
     history = [(i * 7919) % 5003 for i in range(32_000)]
     d.begin(history[:100])
+    d._index = [CountingDict(part) for part in d._index]
+    CountingDict.writes = 0
     for end in range(100, 32_000, 1000):
         d.accept(history[:end], 0)  # the index catches up with what was appended, never rescans
     d.accept(history, 0)
     repeat = history[:8]
     history = history + repeat
     assert d.propose(history, 4).tokens == history[8:12]
+    # each appended token registers the max_n n-grams that end before it, once: a rescan would write ~32x more
+    assert CountingDict.writes <= (len(history) - 100) * d.max_n
 
 
 def test_tokens_from_another_drafter_do_not_start_a_follow() -> None:
