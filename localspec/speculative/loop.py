@@ -73,7 +73,6 @@ class Generator:
         self.sampling = sampling
         self.policy = policy or DraftPolicy()
         self.clock = clock
-        self.draws = PositionalDraws(sampling.seed)  # renewed per generation: unseeded runs differ
         self.notices: list[str] = []
 
     def step(self, history: list[int], room: int) -> StepResult:
@@ -127,7 +126,7 @@ class Generator:
     ) -> Iterator[Event]:
         """Stream events for one generation. The cache is reused from the previous call where prompts agree."""
         history = list(prompt)
-        self.draws = PositionalDraws(self.sampling.seed)
+        self.draws = PositionalDraws(self.sampling.seed)  # per generation: unseeded runs differ
         stats = Stats(prompt_tokens=len(history))
         yield self._prefill(history, stats)
         for drafter in self.drafters:
