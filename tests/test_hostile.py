@@ -114,9 +114,13 @@ def _llama_cpp_has_the_file_open(pid: int, model: Path) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="needs Linux /proc to see the load under way")
-def test_ctrl_c_while_the_model_loads_stops_and_exits_130(model_path: Path) -> None:
+@pytest.mark.parametrize("command", [
+    ["run", "Once upon a time", "-n", "30", "--drafter", "none"],
+    ["bench", "--drafters", "none", "--repeat", "1", "-n", "4"],
+])
+def test_ctrl_c_while_the_model_loads_stops_and_exits_130(model_path: Path, command: list[str]) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "localspec", "run", "Once upon a time", "-n", "30", "--drafter", "none"],
+        [sys.executable, "-m", "localspec", *command],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=interruptible,
     )  # fmt: skip
     deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
@@ -301,9 +305,9 @@ def test_pull_messages_name_the_right_culprit(hub_env: dict[str, str]) -> None:
 
 
 def test_model_accepts_every_name_the_models_listing_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from localspec import hub
     from localspec.cli.models import _model_rows
-    from localspec.registry import load_registry, resolve_model
+    from localspec.models import hub
+    from localspec.models.registry import load_registry, resolve_model
     from tests.hub_server import HubServer, make_gguf
 
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "home"))

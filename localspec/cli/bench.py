@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from localspec.cli import app, fail, user_errors
+from localspec.cli import app, ctrl_c_as_request, fail, user_errors
 from localspec.cli.options import (
     CtxOpt,
     DraftOpt,
@@ -104,7 +104,7 @@ def bench(
         if max_tokens is not None and max_tokens < 1:
             raise UserError(f"--max-tokens must be a positive number, got {max_tokens}")
         if profile is not None:  # the profile's pair, and its drafter beside the default comparison
-            from localspec.registry import resolve_profile
+            from localspec.models.registry import resolve_profile
 
             chosen = resolve_profile(profile)
             model = model if model is not None else chosen.target
@@ -133,7 +133,11 @@ def bench(
             gpu_layers=gpu_layers, out=out,
         ) + (" --anchors" if anchors else "")
 
-        with Runtime.open(model, runtime, speculation, SamplingSettings()) as rt:
+        # a first Ctrl-C while the model loads stops the load (llama.cpp polls the flag); afterwards it interrupts
+        # the benchmark, which then reports the runs that finished
+        with ctrl_c_as_request() as cancelled:
+            opened = Runtime.open(model, runtime, speculation, SamplingSettings(), cancelled=cancelled)
+        with opened as rt:
             for notice in rt.notices:
                 _note(f"localspec: {notice}")
             anchor_set = None
