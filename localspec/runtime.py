@@ -19,7 +19,7 @@ from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Message, Model
 from localspec.engine.backend import describe_device, gpu_offload_supported
 from localspec.errors import UserError
-from localspec.hub import known_sha256
+from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
 from localspec.speculative.calibrate import verify_costs
@@ -32,7 +32,7 @@ NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device o
 
 def resolve(spec: str | None) -> tuple[str, Path]:
     """A model name from models.toml, or a path, → (display name, file)."""
-    from localspec.registry import resolve_model
+    from localspec.models.registry import resolve_model
 
     resolved = resolve_model(spec)
     return resolved.name, resolved.path

@@ -21,7 +21,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.engine import Context, Model
-from localspec.hub import ensure_default_model
+from localspec.models.embedded import ensure_default_model
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.loop import Generator
 

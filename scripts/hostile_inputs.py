@@ -275,7 +275,7 @@ def main() -> int:
         sys.exit(f"{LOCALSPEC} not found: run scripts/setup first")
     with tempfile.TemporaryDirectory(prefix="localspec-hostile-") as tmp:
         work = Path(tmp)
-        model = Path(subprocess.run([sys.executable, "-m", "localspec.hub"], check=True, capture_output=True,
+        model = Path(subprocess.run([sys.executable, "-m", "localspec.models"], check=True, capture_output=True,
                                     text=True, cwd=ROOT).stdout.strip())  # fmt: skip
         home = prepare(work, model)
         outcomes = []

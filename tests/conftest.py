@@ -21,7 +21,7 @@ os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".localspec-home"))
 @pytest.fixture(scope="session")
 def model_path() -> Path:
     """The embedded default model (Gemma 3 270M Q4_K_M), assembled once per checkout."""
-    from localspec.hub import ensure_default_model
+    from localspec.models.embedded import ensure_default_model
 
     return ensure_default_model(progress=False)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.hub import known_sha256
+from localspec.models.files import known_sha256
 
 
 @pytest.fixture(autouse=True)
@@ -27,11 +27,11 @@ def test_a_hub_cache_blob_is_named_by_its_hash(tmp_path: Path) -> None:
 
 
 def test_a_verified_sidecar_is_used_instead_of_hashing(tmp_path: Path) -> None:
-    from localspec.hub import _write_sidecar
+    from localspec.models.files import sidecar_of, write_sidecar
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"model bytes")
-    _write_sidecar(model.with_name(model.name + ".verified.json"), model, "cd" * 32)
+    write_sidecar(sidecar_of(model), model, "cd" * 32)
     assert known_sha256(model) == "cd" * 32
 
 

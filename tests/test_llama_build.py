@@ -195,10 +195,10 @@ def test_version_comparison():
 
 @pytest.fixture(scope="session")
 def embedded_model(tmp_path_factory) -> Path:
-    """The embedded default model: through localspec.hub where it exists, else straight from its package."""
+    """The embedded default model: through localspec.models where it exists, else straight from its package."""
     try:
         from localspec.errors import UserError
-        from localspec.hub import ensure_default_model
+        from localspec.models.embedded import ensure_default_model
     except ImportError:
         pass
     else:

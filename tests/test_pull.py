@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from localspec import hub
 from localspec.errors import UserError
+from localspec.models import hub
+from localspec.models.hub_cache import cached_path
+from localspec.models.listing import choose_file, quant_of, shard_names
+from localspec.models.records import PullResult, load_records
 from tests.conftest import assert_one_line_error as one_line_error
 from tests.conftest import interruptible
 from tests.hub_server import HubFile, HubServer, make_gguf
@@ -45,7 +48,7 @@ def blobs(env: Path, repo: str = REPO) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
-def pull(repo: str, filename: str, **kw) -> hub.PullResult:
+def pull(repo: str, filename: str, **kw) -> PullResult:
     # token=False: in-process tests must not read a token file from ~.
     return hub.pull_file(repo, filename, token=kw.pop("token", False), progress=False, **kw)
 
@@ -91,8 +94,8 @@ def test_pull_by_repo_and_file_lands_in_the_hub_cache(server: HubServer, env: Pa
     assert result.path.resolve().name == sha
     assert blobs(env) == [sha]
     # huggingface_hub itself now finds it offline.
-    assert hub.cached_path(REPO, "tiny-Q4_K_M.gguf") == result.path
-    assert [r["file"] for r in hub.load_records()] == ["tiny-Q4_K_M.gguf"]
+    assert cached_path(REPO, "tiny-Q4_K_M.gguf") == result.path
+    assert [r["file"] for r in load_records()] == ["tiny-Q4_K_M.gguf"]
 
     gets = len(server.ranges("tiny-Q4_K_M.gguf"))
     again = pull(REPO, "tiny-Q4_K_M.gguf")
@@ -126,8 +129,8 @@ def test_checksum_mismatch_removes_the_file(server: HubServer, env: Path) -> Non
         pull(REPO, "m-Q4_K_M.gguf")
 
     assert blobs(env) == []  # neither a blob nor an .incomplete left
-    assert hub.cached_path(REPO, "m-Q4_K_M.gguf") is None
-    assert hub.load_records() == []
+    assert cached_path(REPO, "m-Q4_K_M.gguf") is None
+    assert load_records() == []
 
 
 def test_sha256_from_models_toml_is_checked(server: HubServer, env: Path) -> None:
@@ -178,25 +181,25 @@ def test_listing_groups_shards_and_picks_by_quant(server: HubServer) -> None:
     assert by_path["big/Tiny-F16-00001-of-00002.gguf"].parts == 2
     assert by_path["Tiny-Q8_0.gguf"].quant == "Q8_0"
 
-    assert hub.choose_file(REPO, files, None, "Q4_K_M").path == "Tiny-Q4_K_M.gguf"
-    assert hub.choose_file(REPO, files, None, "q8_0").path == "Tiny-Q8_0.gguf"
-    assert hub.choose_file(REPO, files, "*Q8_0.gguf", "Q4_K_M").path == "Tiny-Q8_0.gguf"
-    assert hub.choose_file(REPO, files, None, "F16").parts == 2  # the mmproj F16 is never picked by quant
+    assert choose_file(REPO, files, None, "Q4_K_M").path == "Tiny-Q4_K_M.gguf"
+    assert choose_file(REPO, files, None, "q8_0").path == "Tiny-Q8_0.gguf"
+    assert choose_file(REPO, files, "*Q8_0.gguf", "Q4_K_M").path == "Tiny-Q8_0.gguf"
+    assert choose_file(REPO, files, None, "F16").parts == 2  # the mmproj F16 is never picked by quant
     with pytest.raises(UserError, match=r"has no Q2_K file; pick one with --quant .*Tiny-Q8_0.gguf \("):
-        hub.choose_file(REPO, files, None, "Q2_K")
+        choose_file(REPO, files, None, "Q2_K")
     with pytest.raises(UserError, match=r"'\*.gguf' matches 4 files"):
-        hub.choose_file(REPO, files, "*.gguf", "Q4_K_M")
+        choose_file(REPO, files, "*.gguf", "Q4_K_M")
     with pytest.raises(UserError, match="no file in acme/Tiny-GGUF matches 'nope'"):
-        hub.choose_file(REPO, files, "nope", "Q4_K_M")
+        choose_file(REPO, files, "nope", "Q4_K_M")
 
 
 def test_quant_names_from_file_names() -> None:
-    assert hub.quant_of("Qwen2.5-7B-Instruct-Q4_K_M.gguf") == "Q4_K_M"
-    assert hub.quant_of("qwen2.5-0.5b-instruct-q8_0.gguf") == "Q8_0"
-    assert hub.quant_of("gemma-3-12b-it-IQ4_XS.gguf") == "IQ4_XS"
-    assert hub.quant_of("x/Model-BF16-00001-of-00003.gguf") == "BF16"
-    assert hub.quant_of("model.gguf") is None
-    assert hub.shard_names("d/M-Q4_K_M-00001-of-00002.gguf") == [
+    assert quant_of("Qwen2.5-7B-Instruct-Q4_K_M.gguf") == "Q4_K_M"
+    assert quant_of("qwen2.5-0.5b-instruct-q8_0.gguf") == "Q8_0"
+    assert quant_of("gemma-3-12b-it-IQ4_XS.gguf") == "IQ4_XS"
+    assert quant_of("x/Model-BF16-00001-of-00003.gguf") == "BF16"
+    assert quant_of("model.gguf") is None
+    assert shard_names("d/M-Q4_K_M-00001-of-00002.gguf") == [
         "d/M-Q4_K_M-00001-of-00002.gguf",
         "d/M-Q4_K_M-00002-of-00002.gguf",
     ]

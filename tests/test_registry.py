@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from localspec import registry
 from localspec.errors import UserError
-from localspec.registry import RegistryError, load_registry, resolve_model, resolve_profile
+from localspec.models import registry
+from localspec.models.registry import RegistryError, load_registry, resolve_model, resolve_profile
 from localspec.settings import DRAFTERS
 
 
@@ -145,7 +145,8 @@ def test_default_model_is_the_embedded_one_assembled_once(home: Path) -> None:
         f.seek(1000)
         f.write(b"\0" * 16)
     os.utime(first.path)  # the sidecar no longer matches
-    from localspec.hub import EMBEDDED_PACKAGE, sha256_file
+    from localspec.models.embedded import EMBEDDED_PACKAGE
+    from localspec.models.files import sha256_file
 
     expected = __import__(EMBEDDED_PACKAGE).EXPECTED_SHA256
     assert sha256_file(resolve_model(None, progress=False).path) == expected

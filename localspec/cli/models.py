@@ -13,7 +13,7 @@ import typer
 from localspec.cli import app, user_errors
 
 if TYPE_CHECKING:
-    from localspec.registry import Profile, Registry
+    from localspec.models.registry import Profile, Registry
 
 
 @dataclass
@@ -49,7 +49,7 @@ def models(
     An entry there with the name of a shipped one replaces it. Get a model with `localspec pull NAME`.
     """
     with user_errors():
-        from localspec.registry import load_registry
+        from localspec.models.registry import load_registry
 
         reg = load_registry()
         rows = _model_rows(reg)
@@ -74,8 +74,9 @@ def models(
 
 
 def _model_rows(reg: Registry) -> list[ModelRow]:
-    from localspec import hub
-    from localspec.registry import find_local
+    from localspec.models.listing import quant_of
+    from localspec.models.records import load_records
+    from localspec.models.registry import find_local
 
     rows: list[ModelRow] = []
     seen: set[str] = set()
@@ -92,13 +93,13 @@ def _model_rows(reg: Registry) -> list[ModelRow]:
             seen.add(str(local))
         rows.append(row)
     # Files pulled by repo id (not by a registry name) are listed too, under repo/file.
-    for r in hub.load_records():
+    for r in load_records():
         path = Path(str(r.get("path")))
         if str(path) in seen or not path.is_file():
             continue
         seen.add(str(path))
         file = str(r.get("file"))
-        row = ModelRow(f"{r.get('repo')}/{file}", "downloaded", file, str(r.get("repo")), quant=hub.quant_of(file))
+        row = ModelRow(f"{r.get('repo')}/{file}", "downloaded", file, str(r.get("repo")), quant=quant_of(file))
         _fill_from_file(row, path)
         rows.append(row)
     return rows
@@ -106,22 +107,15 @@ def _model_rows(reg: Registry) -> list[ModelRow]:
 
 def _embedded_path() -> Path | None:
     # Do not assemble 253 MB just to list it: report the file if it is already there.
-    from localspec import hub
-    from localspec.paths import models_dir
+    from localspec.models.embedded import embedded_model_path
 
-    try:
-        import importlib
-
-        name = importlib.import_module(hub.EMBEDDED_PACKAGE).MODEL_NAME
-    except ModuleNotFoundError:
-        return None
-    path = models_dir() / name
-    return path if path.is_file() else None
+    path = embedded_model_path()
+    return path if path is not None and path.is_file() else None
 
 
 def _fill_from_file(row: ModelRow, path: Path) -> None:
     from localspec.errors import ModelLoadError
-    from localspec.gguf_header import read_header
+    from localspec.models.gguf_header import read_header
 
     row.path = str(path)
     row.size = path.stat().st_size
@@ -137,7 +131,7 @@ def _fill_from_file(row: ModelRow, path: Path) -> None:
 
 
 def _print_models(rows: list[ModelRow], default: str) -> None:
-    from localspec.hub import format_size
+    from localspec.models.files import format_size
 
     print("MODELS")
     header = ("", "NAME", "STATUS", "SIZE", "QUANT", "ARCH", "LAYERS", "CTX", "FILE / PATH")
@@ -187,7 +181,7 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
 
 
 def _print_paths(files: list[Path]) -> None:
-    from localspec.hub import hub_cache_dir
+    from localspec.models.hub_cache import hub_cache_dir
     from localspec.paths import models_dir, pulled_records_path, user_registry_path
 
     print()

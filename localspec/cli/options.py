@@ -126,11 +126,11 @@ def build_options(
     verbose: bool,
 ) -> Options:
     if profile is None and model is None:  # models.toml's `default` may name a profile: all of it applies
-        from localspec.registry import default_profile
+        from localspec.models.registry import default_profile
 
         profile = default_profile()
     if profile is not None:
-        from localspec.registry import resolve_profile
+        from localspec.models.registry import resolve_profile
 
         p = resolve_profile(profile)
         model = model if model is not None else p.target

@@ -10,8 +10,8 @@ import typer
 from localspec.cli import app, user_errors
 
 if TYPE_CHECKING:
-    from localspec.hub import RemoteFile
-    from localspec.registry import Registry
+    from localspec.models.listing import RemoteFile
+    from localspec.models.registry import Registry
 
 
 @app.command()
@@ -40,9 +40,12 @@ def pull(
 
     An interrupted download resumes when you run the same command again. Paths go to stdout, progress to stderr.
     """
-    from localspec import hub
     from localspec.errors import UserError
-    from localspec.registry import load_registry
+    from localspec.models import hub
+    from localspec.models.embedded import ensure_default_model
+    from localspec.models.files import say
+    from localspec.models.listing import choose_file, shard_names
+    from localspec.models.registry import load_registry
 
     progress = not quiet
     with user_errors():
@@ -54,12 +57,12 @@ def pull(
             for name in names:
                 entry = reg.models[name]
                 if entry.embedded:
-                    path = hub.ensure_default_model(progress=progress)
-                    _say(f"{name}: embedded model ready")
+                    path = ensure_default_model(progress=progress)
+                    say(f"{name}: embedded model ready")
                     print(path)
                     continue
                 assert entry.repo is not None
-                for part in hub.shard_names(entry.file):
+                for part in shard_names(entry.file):
                     _pull_one(entry.repo, part, revision or entry.revision, entry.sha256, name, progress)
             return
         if target.count("/") != 1:
@@ -68,12 +71,12 @@ def pull(
         chosen = file
         if file is None or any(c in file for c in "*?["):
             files = hub.list_gguf_files(target, revision)
-            pick = hub.choose_file(target, files, file, quant)
+            pick = choose_file(target, files, file, quant)
             if file is None and len(files) > 1:
                 _list_files(target, files, pick)
             chosen = pick.path
         assert chosen is not None
-        for part in hub.shard_names(chosen):
+        for part in shard_names(chosen):
             _pull_one(target, part, revision, None, None, progress)
 
 
@@ -85,24 +88,21 @@ def _profile_models(reg: Registry, profile: str) -> list[str]:
 def _pull_one(
     repo: str, filename: str, revision: str | None, sha256: str | None, name: str | None, progress: bool
 ) -> None:
-    from localspec import hub
+    from localspec.models.files import format_size, say
+    from localspec.models.hub import pull_file
 
-    result = hub.pull_file(repo, filename, revision=revision, sha256=sha256, name=name, progress=progress)
+    result = pull_file(repo, filename, revision=revision, sha256=sha256, name=name, progress=progress)
     label = name or f"{repo}/{filename}"
     state = "downloaded and verified" if result.downloaded else "already downloaded"
-    _say(f"{label}: {state} ({hub.format_size(result.size)})")
+    say(f"{label}: {state} ({format_size(result.size)})")
     print(result.path)
 
 
 def _list_files(repo: str, files: list[RemoteFile], pick: RemoteFile) -> None:
-    from localspec.hub import format_size
+    from localspec.models.files import format_size, say
 
-    _say(f"{repo} has {len(files)} GGUF files:")
+    say(f"{repo} has {len(files)} GGUF files:")
     for f in files:
         mark = "*" if f is pick else " "
         parts = f" ({f.parts} parts)" if f.parts > 1 else ""
         print(f"  {mark} {f.path:<60} {format_size(f.size):>9}{parts}", file=sys.stderr)
-
-
-def _say(message: str) -> None:
-    print(f"localspec: {message}", file=sys.stderr)

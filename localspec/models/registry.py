@@ -16,6 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import UserError
+from localspec.models.embedded import ensure_default_model
+from localspec.models.hub_cache import cached_path
+from localspec.models.listing import quant_of
+from localspec.models.records import load_records
+from localspec.models.toml_lines import Locator, line_from_message
 from localspec.paths import user_registry_path
 from localspec.settings import DRAFTERS  # one list of drafter names for flags and files
 
@@ -52,8 +57,6 @@ class ModelEntry:
 
     @property
     def quant(self) -> str | None:
-        from localspec.hub import quant_of
-
         return quant_of(self.file)
 
 
@@ -135,12 +138,12 @@ def _merge(reg: Registry, path: Path) -> None:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message ends with "(at line L, column C)"; put the location first, like a compiler.
-        line = getattr(exc, "lineno", None) or _line_from_message(str(exc), text)
+        line = getattr(exc, "lineno", None) or line_from_message(str(exc), text)
         msg = getattr(exc, "msg", None) or re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)$", "", str(exc))
         raise RegistryError(f"{path}:{line}: invalid TOML: {msg}") from None
     lines = text.splitlines()
     reg.files.append(path)
-    where = _Locator(path, lines)
+    where = Locator(path, lines)
 
     for key in data:
         if key not in _TOP_KEYS:
@@ -164,7 +167,7 @@ def _merge(reg: Registry, path: Path) -> None:
                 reg.profiles[name] = entry
 
 
-def _parse_model(name: str, t: dict[str, Any], where: _Locator, warnings: list[str]) -> ModelEntry:
+def _parse_model(name: str, t: dict[str, Any], where: Locator, warnings: list[str]) -> ModelEntry:
     _warn_unknown(t, _MODEL_KEYS, ("models", name), where, warnings)
     source = _opt_str(t, "source", ("models", name), where) or "hub"
     if source not in _SOURCES:
@@ -196,7 +199,7 @@ def _parse_model(name: str, t: dict[str, Any], where: _Locator, warnings: list[s
     )
 
 
-def _parse_profile(name: str, t: dict[str, Any], where: _Locator, warnings: list[str]) -> Profile:
+def _parse_profile(name: str, t: dict[str, Any], where: Locator, warnings: list[str]) -> Profile:
     table = ("profiles", name)
     _warn_unknown(t, _PROFILE_KEYS, table, where, warnings)
     target = _opt_str(t, "target", table, where)
@@ -227,7 +230,7 @@ def _check_references(reg: Registry) -> None:
     for p in reg.profiles.values():
         for role, ref in (("target", p.target), ("draft", p.draft)):
             if ref is not None and ref not in reg.models:
-                loc = _Locator(p.defined_in or Path("models.toml"), _read_lines(p.defined_in))
+                loc = Locator(p.defined_in or Path("models.toml"), _read_lines(p.defined_in))
                 raise RegistryError(
                     f"{loc.at('profiles', p.name, role)}: profile '{p.name}' names unknown"
                     f" {role} model '{ref}'"
@@ -245,7 +248,7 @@ def _read_lines(path: Path | None) -> list[str]:
 
 
 def _warn_unknown(
-    t: dict[str, Any], known: set[str], table: tuple[str, str], where: _Locator, warnings: list[str]
+    t: dict[str, Any], known: set[str], table: tuple[str, str], where: Locator, warnings: list[str]
 ) -> None:
     for key in t:
         if key not in known:
@@ -255,14 +258,14 @@ def _warn_unknown(
             )
 
 
-def _opt_str(t: dict[str, Any], key: str, table: tuple[str, str], where: _Locator) -> str | None:
+def _opt_str(t: dict[str, Any], key: str, table: tuple[str, str], where: Locator) -> str | None:
     value = t.get(key)
     if value is None or isinstance(value, str):
         return value
     raise RegistryError(f"{where.at(*table, key)}: '{key}' must be a string, not {_toml_type(value)}")
 
 
-def _opt_int(t: dict[str, Any], key: str, table: tuple[str, str], where: _Locator, minimum: int) -> int | None:
+def _opt_int(t: dict[str, Any], key: str, table: tuple[str, str], where: Locator, minimum: int) -> int | None:
     value = t.get(key)
     if value is None:
         return None
@@ -279,60 +282,6 @@ def _toml_type(value: object) -> str:
 
 def _list(items: Any) -> str:
     return ", ".join(sorted(items))
-
-
-def _line_from_message(message: str, text: str) -> int | str:
-    # Python < 3.14: the position is only in the message, "(at line L, column C)" or "(at end of document)".
-    m = re.search(r"at line (\d+)", message)
-    if m:
-        return int(m.group(1))
-    if "end of document" in message:
-        return max(1, len(text.rstrip().splitlines()))
-    return "?"
-
-
-class _Locator:
-    """Finds the line of a table header (``[models.x]``, ``[models."x"]``) or of a key inside it.
-
-    tomllib gives line numbers only for syntax errors; for "this value is wrong" we scan the text ourselves.
-    Good enough for hand-written files: inline tables and dotted keys fall back to the table's header line.
-    """
-
-    _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-
-    def __init__(self, path: Path, lines: list[str]) -> None:
-        self.path = path
-        self.lines = lines
-
-    def at(self, *table_then_key: str, key: str | None = None) -> str:
-        parts = list(table_then_key)
-        if key is None and len(parts) == 3:
-            key = parts.pop()
-        line = self._find(tuple(parts), key)
-        return f"{self.path}:{line}" if line else str(self.path)
-
-    def _find(self, table: tuple[str, ...], key: str | None) -> int | None:
-        current: tuple[str, ...] = ()
-        header_line = None
-        for i, raw in enumerate(self.lines, start=1):
-            m = self._HEADER.match(raw)
-            if m:
-                current = _split_dotted(m.group(1))
-                if current == table:
-                    header_line = i
-                    if key is None:
-                        return i
-                continue
-            if key is not None and current == table:
-                km = re.match(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)\s*=", raw)
-                if km and km.group(1).strip("\"'") == key:
-                    return i
-        return header_line
-
-
-def _split_dotted(header: str) -> tuple[str, ...]:
-    parts = re.findall(r'"([^"]*)"|\'([^\']*)\'|([^.\s"\']+)', header)
-    return tuple(a or b or c for a, b, c in parts)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -376,22 +325,18 @@ def resolve_model(spec: str | None, *, progress: bool = True) -> ResolvedModel:
 
 def _pulled_file(spec: str) -> Path | None:
     """A file pulled by repo id, named as `localspec models` lists it: ``owner/name/path/in/repo.gguf``."""
-    from localspec import hub
-
-    for r in hub.load_records():
+    for r in load_records():
         if f"{r.get('repo')}/{r.get('file')}" == spec and Path(str(r.get("path"))).is_file():
             return Path(str(r["path"]))
     owner, _, rest = spec.partition("/")
     repo_name, _, file = rest.partition("/")
-    return hub.cached_path(f"{owner}/{repo_name}", file) if owner and repo_name and file else None
+    return cached_path(f"{owner}/{repo_name}", file) if owner and repo_name and file else None
 
 
 def local_path(entry: ModelEntry, *, progress: bool = True) -> Path:
     """Where a registry model lives on disk; embedded ones are assembled on demand, hub ones pulled first."""
-    from localspec import hub
-
     if entry.embedded:
-        return hub.ensure_default_model(progress=progress)
+        return ensure_default_model(progress=progress)
     path = find_local(entry)
     if path is None:
         raise UserError(f"model '{entry.name}' is not downloaded yet: run `localspec pull {entry.name}`")
@@ -400,14 +345,12 @@ def local_path(entry: ModelEntry, *, progress: bool = True) -> Path:
 
 def find_local(entry: ModelEntry) -> Path | None:
     """The downloaded file of a hub model (hub cache first, then localspec's pull records), else None."""
-    from localspec import hub
-
     if entry.repo is None:
         return None
-    found = hub.cached_path(entry.repo, entry.file, entry.revision)
+    found = cached_path(entry.repo, entry.file, entry.revision)
     if found is not None:
         return found
-    for r in hub.load_records():
+    for r in load_records():
         same = r.get("repo") == entry.repo and r.get("file") == entry.file
         if same and entry.revision in (None, r.get("revision"), r.get("commit")) and Path(str(r.get("path"))).is_file():
             return Path(str(r["path"]))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from localspec.engine import Context, library_version
 from localspec.engine.backend import offloaded_layers
-from localspec.hub import atomic_write_text
+from localspec.models.files import atomic_write_text
 from localspec.paths import cache_dir
 
 # The fastest of these: timing noise only ever adds. The policy starts from these minima; the excess of live steps
