@@ -65,7 +65,7 @@ def _assert_order(proc: subprocess.CompletedProcess[str]) -> None:
 
 LIBRARY_MODULES = [
     "localspec.engine.model", "localspec.tui.app", "localspec.bench.runner", "localspec.speculative.loop",
-    "localspec.sampling", "localspec.drafters.auto", "localspec.runtime", "localspec.bench.report",
+    "localspec.sampling", "localspec.speculative.policy", "localspec.runtime", "localspec.bench.report",
 ]  # fmt: skip
 
 
