@@ -22,14 +22,8 @@ from localspec.cli.options import Options, build_options  # noqa: E402
 from localspec.events import Finished  # noqa: E402
 from localspec.tui.app import ChatApp  # noqa: E402
 from localspec.tui.conversation import Conversation  # noqa: E402
-from localspec.tui.widgets import (  # noqa: E402
-    ACCEPTED_STYLE,
-    GHOST_STYLE,
-    AnswerView,
-    ContextFullScreen,
-    HelpScreen,
-    StatsPanel,
-)
+from localspec.tui.screens import ConfirmScreen, ContextFullScreen, HelpScreen  # noqa: E402
+from localspec.tui.widgets import ACCEPTED_STYLE, GHOST_STYLE, AnswerView, StatsPanel  # noqa: E402
 
 # Repetition the n-gram drafter can draft from: its drafts get accepted, so accepted-draft styling shows up.
 REPEAT_PROMPT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
@@ -119,7 +113,7 @@ def test_answer_streams_with_accepted_drafts_styled(model_path: Path) -> None:
                 return plain
 
             # on the app's engine thread, like all llama.cpp work (the context warns otherwise)
-            assert app._engine.submit(plain_text).result() == generated
+            assert app.engine.call(plain_text) == generated
 
     asyncio.run(scenario())
 
@@ -216,7 +210,12 @@ def test_follow_up_reuses_the_cache_and_saves_markdown(model_path: Path, tmp_pat
             assert "## You\n\nName a colour." in saved and "## System\n\nAnswer briefly." in saved
             assert app.conversation.turns[-1].text.strip() in saved
 
+            # Ctrl+L asks first: Esc keeps the conversation, y clears it
             await pilot.press("ctrl+l")
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("escape")
+            assert len(app.conversation.turns) == 4 and app.query(AnswerView)
+            await pilot.press("ctrl+l", "y")
             assert app.conversation.turns == [] and not app.query(AnswerView)
 
     asyncio.run(scenario())

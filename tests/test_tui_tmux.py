@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from localspec.tui.store import ChatStore, default_path
+
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install -y tmux)")
 
@@ -76,7 +78,10 @@ def test_chat_in_a_real_terminal(model_path: Path, tmp_path: Path) -> None:
     term.start(f"cd {shlex.quote(os.getcwd())} && {command}")
     try:
         term.wait_for(lambda s: "is ready" in s, 60, "the model to load")
-        term.keys("Repeat: one two three, one two three.", literal=True)
+        # Ctrl+J starts a second line of the message (a terminal sends it as a line feed); Enter sends both
+        term.keys("Repeat: one two three,", literal=True)
+        term.keys("C-j")
+        term.keys("one two three.", literal=True)
         term.keys("Enter")
         term.wait_for(lambda s: "Assistant" in s, 30, "the answer to start")
         screen = term.wait_for(lambda s: "tok/s" in s and "tokens ·" in s, 90, "the answer to finish")
@@ -91,5 +96,15 @@ def test_chat_in_a_real_terminal(model_path: Path, tmp_path: Path) -> None:
         assert rc_file.read_text().strip() == "0"
         after = term.screen()
         assert "Traceback" not in after and "Error" not in after
+        # the conversation was saved as it happened (the newest in the tests' home), both lines of the question
+        store = ChatStore(default_path())
+        try:
+            saved = store.list()[0]
+            turns = store.load(saved.id).turns
+            store.delete(saved.id)
+        finally:
+            store.close()
+        assert [t.role for t in turns] == ["user", "assistant"]
+        assert turns[0].text == "Repeat: one two three,\none two three."
     finally:
         term.kill()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,10 +12,30 @@ from localspec.cli import app, user_errors
 from localspec.cli.options import Options, generation_options
 from localspec.errors import UserError
 
+if TYPE_CHECKING:
+    from localspec.tui.store import ChatStore
+
 
 @app.command()
 @generation_options(hide=("verbose",), max_tokens=1024, temperature=0.7, ctx=8192)
 def chat(
+    conversation: Annotated[
+        int | None,
+        typer.Argument(metavar="ID", show_default=False,
+                       help="With --resume: the saved conversation to continue (an ID from --list).")  # fmt: skip
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue a saved conversation: the latest one, or ID.")
+    ] = False,
+    list_saved: Annotated[
+        bool, typer.Option("--list", help="List the saved conversations (ID, last change, turns, first question).")
+    ] = False,
+    delete: Annotated[
+        int | None, typer.Option("--delete", metavar="ID", help="Delete a saved conversation.", show_default=False)
+    ] = None,
+    no_history: Annotated[
+        bool, typer.Option("--no-history", help="Do not save this conversation (they are saved as they happen).")
+    ] = False,
     system: Annotated[str | None, typer.Option("--system", help="System message that opens the conversation.")] = None,
     save_dir: Annotated[
         Path | None, typer.Option("--save-dir", help="Where Ctrl+S writes transcripts (default: the current folder).")
@@ -26,16 +46,33 @@ def chat(
     """Chat with a model in the terminal and watch the speculation: drafted tokens the model accepted are
     green, rejected drafts flash struck-through, and a side panel shows tok/s and acceptance live.
 
-    Keys: Enter send · Esc stop · F2 next drafter · Ctrl+G rejected drafts · Ctrl+L clear · Ctrl+S save ·
-    F1 or ? help · Ctrl+Q quit. `--temperature 0` makes answers deterministic (greedy).
+    Keys: Enter send · Shift+Enter or Ctrl+J new line · Esc stop answering ·
+    Ctrl+R answer again · F3 edit the last message · F4 copy the answer ·
+    Ctrl+O saved conversations · F1 or ? all keys · Ctrl+Q quit.
+
+    Conversations are saved as they happen; --resume continues one.
+    `--temperature 0` makes answers deterministic (greedy).
 
     Examples:
 
       localspec chat
 
       localspec chat --drafter ngram --temperature 0 --system "Answer briefly."
+
+      localspec chat --list
+
+      localspec chat --resume 3
     """
     with user_errors():
+        if conversation is not None and not resume:
+            raise UserError(f"to continue conversation {conversation}: localspec chat --resume {conversation}")
+        if list_saved or delete is not None:
+            _manage(list_saved, delete)
+            return
+        if resume and no_history:
+            raise UserError("--resume continues a saved conversation: drop --no-history")
+        store = None if no_history else _open_store()
+        resume_id = _resume_id(store, conversation) if resume and store is not None else None
         # Textual draws on the terminal and reads keys from it: with a pipe or a file instead it would write escape
         # codes there and wait for keys that never come
         if not (sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()):
@@ -46,7 +83,46 @@ def chat(
 
     from localspec.tui.app import ChatApp
 
-    ChatApp(options, system=system, save_dir=save_dir).run()
+    try:
+        ChatApp(options, system=system, save_dir=save_dir, store=store, resume=resume_id).run()
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _open_store() -> ChatStore:
+    from localspec.tui.store import ChatStore, default_path
+
+    return ChatStore(default_path())
+
+
+def _resume_id(store: ChatStore, conversation: int | None) -> int:
+    """The conversation --resume continues; a one-line UserError if there is none."""
+    if conversation is None:
+        latest = store.latest()
+        if latest is None:
+            raise UserError("there is no saved conversation to resume yet: start one with `localspec chat`")
+        return latest
+    store.load(conversation)  # says so if there is no such conversation
+    return conversation
+
+
+def _manage(list_saved: bool, delete: int | None) -> None:
+    """--list and --delete: no terminal needed, no model opened."""
+    store = _open_store()
+    try:
+        if delete is not None:
+            if not store.delete(delete):
+                raise UserError(f"no saved conversation {delete}: `localspec chat --list` shows them")
+            print(f"Deleted conversation {delete}.")
+        if list_saved:
+            saved = store.list()
+            if not saved:
+                print(f"No saved conversations yet (they are kept in {store.path}).")
+            for c in saved:
+                print(f"{c.id:>5}  {c.describe()}")
+    finally:
+        store.close()
 
 
 def _prepare_model(spec: str | None) -> None:

@@ -23,6 +23,7 @@ class Turn:
     stats: Stats | None = None
     drafter: str = ""
     stop_reason: str = ""
+    saved_id: int | None = None  # its row in the chat store, once saved
 
 
 @dataclass
@@ -54,6 +55,17 @@ class Conversation:
 
     def clear(self) -> None:
         self.turns.clear()
+
+    def take_back(self, turn: Turn) -> list[Turn]:
+        """Remove ``turn`` and every turn after it (regenerate an answer, edit a question); returns them."""
+        index = next(i for i, t in enumerate(self.turns) if t is turn)
+        removed = self.turns[index:]
+        del self.turns[index:]
+        return removed
+
+    def last(self, role: str) -> Turn | None:
+        """The newest turn of ``role`` (user | assistant), if any."""
+        return next((t for t in reversed(self.turns) if t.role == role), None)
 
     @property
     def exchanges(self) -> int:

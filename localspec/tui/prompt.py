@@ -25,7 +25,7 @@ class PromptInput(TextArea):
 
     @dataclass
     class Submitted(Message):
-        """Enter was pressed; ``text`` is what the box holds (the app decides whether it can be sent)."""
+        """Enter was pressed; ``text`` is what the box holds, trimmed (the app decides whether it can be sent)."""
 
         prompt_input: PromptInput
         text: str
@@ -50,7 +50,7 @@ class PromptInput(TextArea):
         key = event.key
         if key == "enter":
             self._consume(event)
-            self.post_message(self.Submitted(self, self.text))
+            self.post_message(self.Submitted(self, _trim(self.text)))
         elif event.character == "?" and not self.text:
             self._consume(event)
             await self.run_action("app.help")
@@ -117,3 +117,11 @@ class PromptInput(TextArea):
         self.load_text(text)
         self._recalled = None
         self.move_cursor(self.document.end)
+
+
+def _trim(text: str) -> str:
+    """Without blank lines around it and trailing spaces; the first line keeps its indentation (code)."""
+    lines = text.rstrip().split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Widgets of the chat app: the transcript, the answer being written (styled per token), stats, legend, help.
+"""Widgets of the chat app: the transcript, the answer being written (styled per token), stats, legend.
 
 The answer grows in a ``Static`` holding a ``Content`` built from runs of equally styled text: ``RichLog`` only
 appends whole lines, and one widget per token would make layout cost grow with the answer.
@@ -10,13 +10,13 @@ from collections import deque
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.screen import ModalScreen
-from textual.widgets import Button, Label, Sparkline, Static
+from textual.widget import Widget
+from textual.widgets import Label, Sparkline, Static
 
 from localspec.events import Stats, Step
+from localspec.tui.conversation import Turn, answer_summary
 
 # Styles are theme variables, resolved by Textual when the Content renders, so the colours follow the theme.
 ACCEPTED_STYLE = "$text-success"
@@ -147,9 +147,14 @@ def _assemble(runs: list[Run]) -> Content:
 
 
 class Transcript(VerticalScroll):
-    """The scrolling conversation: user turns, answers, and notices."""
+    """The scrolling conversation: user turns, answers, and notices. It knows which widget shows which turn, so
+    that taking turns back (regenerate, edit) removes exactly what showed them and what followed."""
 
     can_focus = False  # the input keeps the focus; the mouse wheel still scrolls
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._by_turn: dict[int, Widget] = {}  # id(turn) → the widget showing it
 
     def on_mount(self) -> None:
         # stay at the bottom as answers grow, until the user scrolls up to read
@@ -171,6 +176,36 @@ class Transcript(VerticalScroll):
         widget = Static(Content(text), classes=f"notice {severity}")
         self.mount(widget)
         return widget
+
+    def link(self, turn: Turn, widget: Widget) -> None:
+        self._by_turn[id(turn)] = widget
+
+    def show_turn(self, turn: Turn) -> Widget:
+        """Show a turn; an answer of a resumed conversation is plain text (which tokens were drafts is not kept)."""
+        if turn.role == "user":
+            widget: Widget = self.add_user(turn.text)
+        else:
+            view = self.start_answer(show_ghosts=False, title="Assistant")
+            view.add_text(turn.text)
+            view.repaint(force=True)
+            view.border_subtitle = answer_summary(turn.stats, turn.drafter) if turn.stats is not None else ""
+            widget = view
+        self.link(turn, widget)
+        return widget
+
+    def take_back(self, turns: list[Turn]) -> None:
+        """Remove the widgets of ``turns`` (the last turns of the conversation) and everything shown after them."""
+        first = self._by_turn.get(id(turns[0])) if turns else None
+        for turn in turns:
+            self._by_turn.pop(id(turn), None)
+        if first is not None:
+            shown = list(self.children)
+            for child in shown[shown.index(first):]:
+                child.remove()
+
+    def clear(self) -> None:
+        self._by_turn.clear()
+        self.remove_children()
 
 
 class StatsPanel(Vertical):
@@ -273,73 +308,3 @@ class Legend(Static):
 
     def set_ghosts(self, ghosts: bool) -> None:
         self.update(self.build(ghosts))
-
-
-HELP_TEXT = """\
-Type a message and press Enter; Shift+Enter or Ctrl+J starts a new line (a paste keeps all its lines). The answer
-streams in as the target model accepts tokens.
-
-Colours: green tokens came from the drafter and the target accepted them; plain tokens the target wrote
-itself; dim struck-through text (briefly) is a draft the target rejected, shown where it was rejected.
-
-Keys
-  Enter    send the message             Shift+Enter, Ctrl+J   new line
-  Up/Down  your earlier messages (on the first / last line of the input)
-  Esc      stop the answer being written (what is there stays)
-  F2       next drafter for the next answer: none → ngram → draft → early-exit → auto
-  Ctrl+G   show / hide rejected drafts
-  Ctrl+L   clear the conversation (and start a fresh context)
-  Ctrl+S   save the transcript as Markdown
-  F1 / ?   this help (? when the input is empty)
-  Ctrl+Q   quit
-
-Stats: tok/s counts generated tokens over decoding time; acceptance is accepted / drafted tokens; length is
-tokens gained per target pass (1.0 = plain decoding). After an answer, the speedup estimates how much longer
-target-only decoding would have taken, from the measured cost of one plain step.
-"""
-
-
-class HelpScreen(ModalScreen[None]):
-    """Keys and colours, over the chat."""
-
-    BINDINGS = [Binding("escape,f1,question_mark,q", "dismiss_help", "Close")]
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="help-box"):
-            yield Static(Content("localspec chat — help"), classes="panel-title")
-            yield Static(Content(HELP_TEXT), id="help-text")
-            yield Button("Close (Esc)", id="help-close", variant="primary")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(None)
-
-    def action_dismiss_help(self) -> None:
-        self.dismiss(None)
-
-
-class ContextFullScreen(ModalScreen[str]):
-    """The conversation no longer fits the context: start over, drop the oldest turns, or keep it as it is."""
-
-    BINDINGS = [
-        Binding("s", "choose('start-over')", "Start over"),
-        Binding("d", "choose('drop-oldest')", "Drop oldest turns"),
-        Binding("escape", "choose('keep')", "Keep"),
-    ]
-
-    def __init__(self, detail: str) -> None:
-        super().__init__()
-        self.detail = detail
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="full-box"):
-            yield Static(Content("The context is full"), classes="panel-title")
-            yield Static(Content(self.detail))
-            yield Button("Start over (s)", id="start-over", variant="warning")
-            yield Button("Drop the oldest turns (d)", id="drop-oldest", variant="primary")
-            yield Button("Keep the conversation (Esc)", id="keep")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id or "keep")
-
-    def action_choose(self, choice: str) -> None:
-        self.dismiss(choice)

@@ -1,0 +1,175 @@
+"""Working with conversations in the chat: saved as they happen (a real SQLite file), resumed, picked, deleted;
+earlier questions on Up; an answer written again, a question edited and resent, an answer copied; a new
+conversation only after a yes. Plus what the chat says at start about a base model, and narrow windows.
+
+The real app and the real embedded model, driven through Pilot; answers are greedy and a few tokens long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.pilot import Pilot  # noqa: E402
+
+from localspec.tui.app import ChatApp  # noqa: E402
+from localspec.tui.screens import ConfirmScreen, ConversationsScreen  # noqa: E402
+from localspec.tui.store import ChatStore  # noqa: E402
+from localspec.tui.widgets import AnswerView  # noqa: E402
+from tests.conftest import localspec  # noqa: E402
+from tests.test_tui import SIZE, ask, options, until  # noqa: E402
+
+
+def texts(app: ChatApp) -> list[str]:
+    return [t.text for t in app.conversation.turns]
+
+
+def saved_texts(path: Path, conversation_id: int | None) -> list[str]:
+    """What another connection reads from the file right now."""
+    assert conversation_id is not None
+    store = ChatStore(path)
+    try:
+        return [t.text for t in store.load(conversation_id).turns]
+    finally:
+        store.close()
+
+
+def shown_questions(app: ChatApp) -> list[str]:
+    return [str(w.render()) for w in app.query(".user")]
+
+
+async def answer_again(pilot: Pilot[ChatApp]) -> None:
+    app = pilot.app
+    before = app.last_finished
+    await pilot.press("ctrl+r")
+    await until(pilot, lambda: app.last_finished is not before and not app.busy)
+
+
+def test_a_conversation_is_saved_as_it_happens_and_resumed(model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "chats.sqlite3"
+
+    async def first() -> tuple[int, list[str]]:
+        app = ChatApp(options(model_path, max_tokens=6), store=ChatStore(path), system="Answer briefly.")
+        async with app.run_test(size=SIZE) as pilot:
+            await ask(pilot, "Name a colour.")
+            assert saved_texts(path, app.session.id) == texts(app)  # saved while the app runs
+            await ask(pilot, "Name another one.")
+            assert saved_texts(path, app.session.id) == texts(app)
+            assert app.session.id is not None
+            return app.session.id, texts(app)
+
+    conversation_id, before = asyncio.run(first())
+
+    async def resumed() -> None:
+        app = ChatApp(options(model_path, max_tokens=6), store=ChatStore(path), resume=conversation_id)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.ready)
+            assert texts(app) == before and app.conversation.system == "Answer briefly."
+            assert shown_questions(app) == ["Name a colour.", "Name another one."]
+            assert len(app.query(AnswerView)) == 2
+
+            # Up recalls the earlier questions, newest first; Down comes back to what was being typed
+            box = app.prompt_input
+            await pilot.press(*"draft", "up")
+            assert box.text == "Name another one."
+            await pilot.press("up", "up")
+            assert box.text == "Name a colour."
+            await pilot.press("down")
+            assert box.text == "Name another one."
+            await pilot.press("down")
+            assert box.text == "draft"
+            box.set_text("")
+
+            # the next question continues the saved conversation
+            await ask(pilot, "And a third?")
+            assert saved_texts(path, conversation_id) == texts(app) and len(texts(app)) == 6
+
+            # Ctrl+L asks, then starts a new conversation; the old one stays saved and Ctrl+O brings it back
+            await pilot.press("ctrl+l")
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("y")
+            assert texts(app) == [] and not app.query(AnswerView) and app.session.id is None
+            await pilot.press("ctrl+o")
+            assert isinstance(app.screen, ConversationsScreen)
+            await pilot.press("enter")
+            await until(pilot, lambda: not isinstance(app.screen, ConversationsScreen))
+            assert app.session.id == conversation_id and len(texts(app)) == 6
+            assert shown_questions(app)[-1] == "And a third?"
+
+            # deleting it in the picker deletes it from the file, and the screen starts afresh
+            await pilot.press("ctrl+o", "d")
+            await pilot.press("escape")
+            assert texts(app) == [] and app.session.id is None
+            assert app.session.store is not None and app.session.store.list() == []
+
+    asyncio.run(resumed())
+
+
+def test_answer_again_edit_and_resend_copy(model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "chats.sqlite3"
+
+    async def scenario() -> None:
+        app = ChatApp(options(model_path, max_tokens=6), store=ChatStore(path))
+        async with app.run_test(size=SIZE) as pilot:
+            await ask(pilot, "Name a colour.")
+            first = app.conversation.turns[-1]
+
+            # F4 copies the last answer
+            await pilot.press("f4")
+            assert app.clipboard == first.text and first.text
+
+            # Ctrl+R writes the last answer again: it replaces the old one, on screen and in the file
+            await answer_again(pilot)
+            assert len(app.conversation.turns) == 2 and app.conversation.turns[-1] is not first
+            assert len(app.query(AnswerView)) == 1
+            assert saved_texts(path, app.session.id) == texts(app)
+
+            # F3 takes the last question back into the input; Enter sends the edited one
+            await pilot.press("f3")
+            assert app.prompt_input.text == "Name a colour." and texts(app) == []
+            assert not app.query(AnswerView) and shown_questions(app) == []
+            assert saved_texts(path, app.session.id) == []
+            await pilot.press("backspace", *" please.")
+            await pilot.press("enter")
+            await until(pilot, lambda: len(texts(app)) == 2 and not app.busy)
+            assert texts(app)[0] == "Name a colour please."
+            assert shown_questions(app) == ["Name a colour please."]
+            assert saved_texts(path, app.session.id) == texts(app)
+
+    asyncio.run(scenario())
+
+
+def test_a_base_model_says_so_once_and_names_an_instruction_tuned_one(model_path: Path) -> None:
+    async def scenario() -> None:
+        app = ChatApp(options(model_path))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.ready)
+            notices = [str(n.render()) for n in app.query(".notice")]
+            advice = [n for n in notices if "base model" in n]
+            assert len(advice) == 1, notices
+            assert "localspec pull gemma3-270m-it" in advice[0]
+
+    asyncio.run(scenario())
+    # the model it names is in the registry: `localspec models` lists it, without errors
+    listed = localspec(["models"])
+    assert listed.code == 0 and "error" not in listed.stderr.lower(), listed.stderr
+    assert "gemma3-270m-it" in listed.stdout
+
+
+def test_a_narrow_window_folds_the_stats_panel_away(model_path: Path) -> None:
+    async def scenario() -> None:
+        app = ChatApp(options(model_path))
+        async with app.run_test(size=(70, 30)) as pilot:
+            await until(pilot, lambda: app.ready)
+            assert not app.query_one("#side").display
+            assert app.transcript.size.width >= 66  # the whole window, less its padding
+            await pilot.resize_terminal(110, 30)
+            await pilot.pause()
+            assert app.query_one("#side").display
+            assert app.transcript.size.width < 80
+
+    asyncio.run(scenario())
