@@ -21,7 +21,7 @@ from localspec.engine.backend import describe_device, gpu_offload_supported
 from localspec.errors import UserError
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
-from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
+from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import verify_costs
 from localspec.speculative.loop import Generator
 from localspec.speculative.policy import DraftPolicy
@@ -46,7 +46,7 @@ class Runtime:
     generator: Generator
     drafter_name: str
     chat_template: ChatTemplate
-    settings: tuple[RuntimeSettings, SpeculationSettings, SamplingSettings]
+    settings: Settings
     notices: list[str] = field(default_factory=list)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
     _drafters: dict[str, list[Drafter]] = field(default_factory=dict, repr=False)
@@ -54,19 +54,12 @@ class Runtime:
     device: str = ""
 
     @classmethod
-    def open(
-        cls,
-        model: str | None,
-        runtime: RuntimeSettings,
-        speculation: SpeculationSettings,
-        sampling: SamplingSettings,
-        *,
-        cancelled: Callable[[], bool] | None = None,
-    ) -> Runtime:
+    def open(cls, settings: Settings, *, cancelled: Callable[[], bool] | None = None) -> Runtime:
         """``cancelled``: polled while models load (a Ctrl-C flag); when it turns true, KeyboardInterrupt."""
+        runtime, speculation, sampling = settings.runtime, settings.speculation, settings.sampling
         stack = ExitStack()
         try:
-            name, path = resolve(model)
+            name, path = resolve(settings.model)
             notices: list[str] = []
             if runtime.n_gpu_layers and not gpu_offload_supported():  # llama.cpp would silently use the CPU
                 notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
@@ -93,7 +86,7 @@ class Runtime:
                 raise KeyboardInterrupt
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
-                     (runtime, speculation, sampling), notices, stack)
+                     settings, notices, stack)
             rt._drafters[drafter_name] = drafters
             rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads())
             return rt
@@ -104,14 +97,15 @@ class Runtime:
     def set_drafter(self, kind: str) -> None:
         """Switch the drafter for the next generation, opening it on first use (it then stays open)."""
         if kind not in self._drafters:
-            runtime, speculation, sampling = self.settings
+            runtime, speculation, sampling = self.settings.runtime, self.settings.speculation, self.settings.sampling
             if kind != "none" and not self.model.can_rollback:
                 raise UserError(f"{self.model_name} cannot roll back its cache: only --drafter none works")
             self._drafters[kind] = _open_drafters(
                 kind, self.model, speculation, sampling, runtime, self.generator.policy, self._stack
             )
         if self._drafters[kind]:
-            _calibrate(self.generator.policy, self.context, self.model, *self.settings[:2])
+            _calibrate(self.generator.policy, self.context, self.model, self.settings.runtime,
+                       self.settings.speculation)
         self.generator.drafters = self._drafters[kind]
         self.drafter_name = kind
 

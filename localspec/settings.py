@@ -111,3 +111,19 @@ class GenerationSettings:
             raise UserError(f"--max-tokens must be a positive number, got {self.max_tokens}")
         if any(s == "" for s in self.stop):
             raise UserError("--stop must not be empty")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything one face (run, chat, bench) needs to open a runtime and generate: the model (a name or path;
+    None: the default) and each part's settings."""
+
+    model: str | None = None
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    speculation: SpeculationSettings = field(default_factory=SpeculationSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+
+    def validate(self) -> None:
+        for part in (self.runtime, self.speculation, self.sampling, self.generation):
+            part.validate()

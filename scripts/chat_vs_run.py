@@ -16,31 +16,28 @@ import subprocess
 import sys
 import time
 
-from localspec.cli.options import Options, build_options
+from localspec.cli.options import build_options
 from localspec.engine import Message
 from localspec.events import Finished
 from localspec.runtime import Runtime
+from localspec.settings import Settings
 from localspec.tui.app import ChatApp
 
 PROMPT = "Write a Python function that checks whether a number is prime, then explain it."
 
 
-def options(drafter: str, max_tokens: int) -> Options:
-    return build_options(
-        model=None, profile=None, drafter=drafter, draft=None, k=None, exit_layer=None, p_min=0.0,
-        max_tokens=max_tokens, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=0, stop=None, ctx=4096,
-        threads=None, gpu_layers=0, verbose=False,
-    )  # fmt: skip
+def options(drafter: str, max_tokens: int) -> Settings:
+    return build_options(drafter=drafter, max_tokens=max_tokens, seed=0, gpu_layers=0)
 
 
-def without_ui(opts: Options) -> float:
-    with Runtime.open(opts.model, opts.runtime, opts.speculation, opts.sampling) as rt:
+def without_ui(opts: Settings) -> float:
+    with Runtime.open(opts) as rt:
         tokens = rt.model.vocab.tokenize(rt.chat_template.apply([Message("user", PROMPT)]))
         done = [e for e in rt.generator.generate(tokens, opts.generation) if isinstance(e, Finished)][0]
         return done.stats.tokens_per_second
 
 
-async def in_chat(opts: Options) -> float:
+async def in_chat(opts: Settings) -> float:
     app = ChatApp(opts)
     async with app.run_test(size=(110, 36)) as pilot:
         while not app.ready:

@@ -39,10 +39,10 @@ def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int]]
         pass
     from localspec.events import Step
     from localspec.runtime import Runtime
-    from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, SpeculationSettings
+    from localspec.settings import GenerationSettings, Settings, SpeculationSettings
 
     out: dict[str, tuple[list[int], list[int]]] = {}
-    with Runtime.open(None, RuntimeSettings(), SpeculationSettings(drafter="none"), SamplingSettings()) as rt:
+    with Runtime.open(Settings(speculation=SpeculationSettings(drafter="none"))) as rt:
         for p in prompts:
             prompt = rt.prompt_tokens(p.prompt)
             rt.context.clear()

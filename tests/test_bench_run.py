@@ -92,7 +92,7 @@ def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> Non
     # (paths relative to where it ran: a report never carries this machine's absolute paths)
     suite_arg, out_arg = os.path.relpath(suite), os.path.relpath(out)
     assert doc["command"] == (f"localspec bench --suite {suite_arg} --drafters none,ngram,ngram:k3 --repeat 1 "
-                              f"--replay-costs h100 --ctx 512 --out {out_arg}")
+                              f"--replay-costs h100 --out {out_arg} --ctx 512")
     drafters = ("none", "ngram", "ngram:k3")
     assert {(r["prompt_id"], r["drafter"]) for r in doc["results"]} == {
         (p, d) for p in ("copy", "ask") for d in drafters}

@@ -17,7 +17,7 @@ from localspec.engine import Context, Model
 from localspec.engine.backend import describe_device
 from localspec.paths import cache_dir
 from localspec.runtime import NO_GPU_OFFLOAD, Runtime
-from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
+from localspec.settings import RuntimeSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import verify_costs
 from tests.conftest import localspec
 
@@ -25,17 +25,13 @@ GPU_BUILD = bool(llama_cpp.llama_supports_gpu_offload())
 cpu_build_only = pytest.mark.skipif(GPU_BUILD, reason="this llama-cpp-python offloads to a GPU")
 gpu_build_only = pytest.mark.skipif(not GPU_BUILD, reason="this llama-cpp-python has no GPU offload")
 
-_CLI_DEFAULTS = dict(
-    model=None, profile=None, drafter=None, draft=None, k=None, exit_layer=None, p_min=0.0, max_tokens=8,
-    temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=None, stop=None, ctx=512, threads=None, verbose=False,
-)  # fmt: skip
 
 
 def test_gpu_layers_default_to_all_where_the_build_offloads_and_to_zero_elsewhere():
     expected = -1 if GPU_BUILD else 0
     assert RuntimeSettings().n_gpu_layers == expected
-    assert build_options(**_CLI_DEFAULTS, gpu_layers=None).runtime.n_gpu_layers == expected
-    assert build_options(**_CLI_DEFAULTS, gpu_layers=3).runtime.n_gpu_layers == 3
+    assert build_options(gpu_layers=None).runtime.n_gpu_layers == expected
+    assert build_options(gpu_layers=3).runtime.n_gpu_layers == 3
     assert RuntimeSettings(n_gpu_layers=0).n_gpu_layers == 0
 
 
@@ -72,7 +68,7 @@ def test_the_default_on_a_gpu_build_offloads_every_layer(model_path):
 
 def test_runtime_reports_its_device(model_path):
     runtime = RuntimeSettings(n_ctx=256, n_threads=2)
-    with Runtime.open(str(model_path), runtime, SpeculationSettings(drafter="none"), SamplingSettings()) as rt:
+    with Runtime.open(Settings(str(model_path), runtime, SpeculationSettings(drafter="none"))) as rt:
         if GPU_BUILD:
             assert rt.device.startswith(f"GPU: all {rt.model.n_layer} layers offloaded (")
         else:

@@ -22,8 +22,8 @@ from tests.conftest import Result, interruptible
 from tests.conftest import assert_one_line_error as one_line_error
 
 if TYPE_CHECKING:
-    from localspec.cli.options import Options
     from localspec.runtime import Runtime
+    from localspec.settings import Settings
 
 INVALID_UTF8 = b"Hello \xff\xfe world"
 
@@ -176,9 +176,10 @@ def test_a_file_where_a_folder_should_be_is_one_line(which: str, tmp_path: Path,
 @pytest.fixture(scope="module")
 def runtime(model_path: Path) -> Iterator[Runtime]:
     from localspec.runtime import Runtime
-    from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
+    from localspec.settings import RuntimeSettings, Settings, SpeculationSettings
 
-    with Runtime.open(None, RuntimeSettings(n_ctx=512), SpeculationSettings(drafter="none"), SamplingSettings()) as rt:
+    settings = Settings(runtime=RuntimeSettings(n_ctx=512), speculation=SpeculationSettings(drafter="none"))
+    with Runtime.open(settings) as rt:
         yield rt
 
 
@@ -214,15 +215,10 @@ def test_ordinary_chat_text_tokenizes_as_before(runtime: Runtime) -> None:
 # ---- models.toml and names ----------------------------------------------------------------------------------
 
 
-def _options(**given: object) -> Options:
+def _options(**given: object) -> Settings:
     from localspec.cli.options import build_options
 
-    values: dict[str, object] = dict(
-        model=None, profile=None, drafter=None, draft=None, k=None, exit_layer=None, p_min=0.0, max_tokens=8,
-        temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=None, stop=None, ctx=512, threads=None,
-        gpu_layers=0, verbose=False,
-    )  # fmt: skip
-    return build_options(**(values | given))  # type: ignore[arg-type]
+    return build_options(**({"max_tokens": 8, "ctx": 512, "gpu_layers": 0} | given))
 
 
 def test_a_default_profile_brings_its_drafter_and_draft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -330,9 +326,9 @@ def test_a_profile_given_as_model_suggests_profile() -> None:
 def test_help_states_when_a_seed_repeats_the_text() -> None:
     import re
 
-    from localspec.cli.options import SeedOpt
+    from localspec.cli.options import OPTIONS
 
-    seed_help = SeedOpt.__metadata__[0].help  # what `run --help`, `chat --help` and `bench --help` show
+    seed_help = next(o.help for o in OPTIONS if o.name == "seed")  # what `run --help` and `chat --help` show
     assert "same seed, same text" not in seed_help.lower()
     for condition in ("--k", "--drafter none", "same machine", "near-tie"):  # NOTES.md "Numerics"
         assert condition in seed_help, seed_help

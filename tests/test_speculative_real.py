@@ -14,7 +14,7 @@ from localspec.engine.rewrite import copy_model
 from localspec.errors import UserError
 from localspec.events import Step
 from localspec.runtime import Runtime
-from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, SpeculationSettings
+from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 
 GREEDY = SamplingSettings()
 GROUNDED = [
@@ -40,7 +40,8 @@ class RecordingContext(Context):
 
 @pytest.fixture(scope="module")
 def runtime(model_path: Path):  # type: ignore[no-untyped-def]
-    rt = Runtime.open(str(model_path), RuntimeSettings(n_ctx=2048), SpeculationSettings(drafter="none"), GREEDY)
+    none = SpeculationSettings(drafter="none")
+    rt = Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=2048), none, GREEDY))
     yield rt
     rt.close()
 
@@ -109,7 +110,7 @@ def test_every_emitted_token_is_the_argmax_of_its_own_verifying_pass(model_path:
 
 def test_draft_model_equal_to_target_is_rejected_only_at_near_ties(model_path: Path) -> None:
     spec = SpeculationSettings(drafter="draft", draft_model=str(model_path), k=4)
-    with Runtime.open(str(model_path), RuntimeSettings(n_ctx=1024), spec, GREEDY) as rt:
+    with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=1024), spec, GREEDY)) as rt:
         noise = batch_noise(rt.model, rt.prompt_tokens(GROUNDED[0]))
         drafted = accepted = 0
         for prompt in ["Once upon a time", GROUNDED[1]]:

@@ -18,8 +18,9 @@ pytest.importorskip("textual")
 from textual.pilot import Pilot  # noqa: E402
 from textual.widgets import Sparkline, Static  # noqa: E402
 
-from localspec.cli.options import Options, build_options  # noqa: E402
+from localspec.cli.options import build_options
 from localspec.events import Finished  # noqa: E402
+from localspec.settings import Settings  # noqa: E402
 from localspec.tui.app import ChatApp  # noqa: E402
 from localspec.tui.conversation import Conversation  # noqa: E402
 from localspec.tui.screens import ConfirmScreen, ContextFullScreen, HelpScreen  # noqa: E402
@@ -32,14 +33,9 @@ SIZE = (110, 36)
 
 
 
-def options(model: Path | str, **overrides: Any) -> Options:
-    settings: dict[str, Any] = dict(
-        model=str(model), profile=None, drafter="ngram", draft=None, k=4, exit_layer=None, p_min=0.0,
-        max_tokens=40, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=0, stop=None, ctx=2048,
-        threads=None, gpu_layers=0, verbose=False,
-    )  # fmt: skip
-    settings.update(overrides)
-    return build_options(**settings)
+def options(model: Path | str, **overrides: Any) -> Settings:
+    given: dict[str, Any] = dict(drafter="ngram", k=4, max_tokens=40, seed=0, ctx=2048, gpu_layers=0)
+    return build_options(model=str(model), **(given | overrides))
 
 
 async def until(pilot: Pilot[Any], condition: Callable[[], bool], timeout: float = 60.0) -> None:

@@ -9,25 +9,17 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from localspec.cli import app, ctrl_c_as_request, fail, user_errors
-from localspec.cli.options import (
-    CtxOpt,
-    DraftOpt,
-    ExitLayerOpt,
-    GpuLayersOpt,
-    KOpt,
-    ModelOpt,
-    ProfileOpt,
-    ThreadsOpt,
-    VerboseOpt,
-)
+from localspec.cli.options import OPTIONS, generation_options
 from localspec.errors import UserError
+from localspec.settings import Settings
 
 if TYPE_CHECKING:
     from localspec.bench.replay import CostTable
@@ -38,13 +30,11 @@ DEFAULT_DRAFTERS = "none,ngram,auto"  # plus `draft` when --draft is given; earl
 
 
 @app.command()
+@generation_options("bench")
 def bench(
     suite: Annotated[Path | None, typer.Option(
         "--suite", "-s", help="JSONL file of {id, category, prompt, max_tokens?} rows. Default: the built-in suite "
         "(grounded copy/extract/edit, code, chat, creative).")] = None,
-    model: ModelOpt = None,
-    profile: ProfileOpt = None,
-    draft: DraftOpt = None,
     drafters: Annotated[str | None, typer.Option(
         "--drafters", help="Comma-separated drafters to compare: none, ngram, draft, early-exit, auto. Default: "
         f"{DEFAULT_DRAFTERS} (+ draft when --draft is given). Target-only (none) is always measured.")] = None,
@@ -52,8 +42,6 @@ def bench(
                                         "reported.")] = 3,
     max_tokens: Annotated[int | None, typer.Option(
         "--max-tokens", "-n", help="Tokens per prompt, overriding the suite's max_tokens.")] = None,
-    k: KOpt = None,
-    exit_layer: ExitLayerOpt = None,
     anchors: Annotated[bool, typer.Option(
         "--anchors", help="Also time llama-cpp-python's Llama.create_completion, plain and with "
         "LlamaPromptLookupDecoding, on the same prompts.")] = False,
@@ -66,10 +54,9 @@ def bench(
         "epyc-avx2-2t, spr-2t; a cost-table JSON file; or a calibration cache file): the same outputs drafted "
         "again with the policy calibrated there, and the oracle lookup drafter as a ceiling. Marked as replayed.",
         rich_help_panel="Replay")] = None,
-    ctx: CtxOpt = 4096,
-    threads: ThreadsOpt = None,
-    gpu_layers: GpuLayersOpt = None,
-    verbose: VerboseOpt = False,
+    *,
+    options: Settings,
+    given: dict[str, Any],
 ) -> None:
     """Benchmark drafters on a suite of prompts: tok/s, speedup, acceptance, and a lossless check of every run.
 
@@ -94,7 +81,6 @@ def bench(
     from localspec.bench.suite import load_suite
     from localspec.engine import library_version
     from localspec.runtime import Runtime
-    from localspec.settings import RuntimeSettings, SamplingSettings, SpeculationSettings
 
     err = Console(stderr=True)
     with user_errors():
@@ -103,17 +89,10 @@ def bench(
             raise UserError(f"--repeat must be at least 1, got {repeat}")
         if max_tokens is not None and max_tokens < 1:
             raise UserError(f"--max-tokens must be a positive number, got {max_tokens}")
-        if profile is not None:  # the profile's pair, and its drafter beside the default comparison
-            from localspec.models.registry import resolve_profile
-
-            chosen = resolve_profile(profile)
-            model = model if model is not None else chosen.target
-            draft = draft if draft is not None else chosen.draft
-            k = k if k is not None else chosen.k
-            exit_layer = exit_layer if exit_layer is not None else chosen.exit_layer
-            if drafters is None and chosen.drafter not in DEFAULT_DRAFTERS.split(","):
-                drafters = f"{DEFAULT_DRAFTERS},{chosen.drafter}"
+        draft, k = options.speculation.draft_model, options.speculation.k
         spec = drafters if drafters is not None else DEFAULT_DRAFTERS + (",draft" if draft else "")
+        if drafters is None and options.speculation.drafter not in spec.split(","):
+            spec += f",{options.speculation.drafter}"  # a profile's own drafter, beside the default comparison
         names = parse_drafters(spec, draft_model=draft, anchors=anchors)
         the_suite = load_suite(suite).with_max_tokens(max_tokens)
         table = None
@@ -123,20 +102,18 @@ def bench(
             table = load_cost_table(replay_costs)
         if out is not None:
             rep.check_writable(out)  # before minutes of benchmarking, not after
-        runtime = RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers, verbose=verbose)
-        speculation = SpeculationSettings(drafter="none", draft_model=draft, k=k, exit_layer=exit_layer)
-        for part in (runtime, speculation):
-            part.validate()
+        runtime = options.runtime
         command = _command(
-            suite=suite, profile=profile, model=model, draft=draft, drafters=drafters, repeat=repeat,
-            max_tokens=max_tokens, k=k, exit_layer=exit_layer, replay_costs=replay_costs, ctx=ctx, threads=threads,
-            gpu_layers=gpu_layers, out=out,
-        ) + (" --anchors" if anchors else "")
+            suite=suite, drafters=drafters, repeat=repeat, max_tokens=max_tokens, replay_costs=replay_costs,
+            anchors=anchors, out=out, **given,
+        )
 
         # a first Ctrl-C while the model loads stops the load (llama.cpp polls the flag); afterwards it interrupts
         # the benchmark, which then reports the runs that finished
         with ctrl_c_as_request() as cancelled:
-            opened = Runtime.open(model, runtime, speculation, SamplingSettings(), cancelled=cancelled)
+            # bench decodes greedily and switches drafters per run: the runtime opens with none
+            opened = Runtime.open(replace(options, speculation=replace(options.speculation, drafter="none")),
+                                  cancelled=cancelled)
         with opened as rt:
             for notice in rt.notices:
                 _note(f"localspec: {notice}")
@@ -250,10 +227,14 @@ def _note(line: str) -> None:
 
 def _command(**given: object) -> str:
     """The command line that reproduces this run (recorded in the report): every option that was given."""
+    flags = {o.name: o.flags[0] for o in OPTIONS}
     parts = ["localspec", "bench"]
     for name, value in given.items():
+        flag = flags.get(name, f"--{name.replace('_', '-')}")
         if isinstance(value, Path):  # relative to where it ran: the report must not carry this machine's paths
             value = os.path.relpath(value)
-        if value is not None:
-            parts += [f"--{name.replace('_', '-')}", shlex.quote(str(value))]
+        if value is True:
+            parts.append(flag)
+        elif value is not None and value is not False:
+            parts += [flag, shlex.quote(str(value))]
     return " ".join(parts)

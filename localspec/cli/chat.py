@@ -9,15 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from localspec.cli import app, user_errors
-from localspec.cli.options import Options, generation_options
+from localspec.cli.options import generation_options
 from localspec.errors import UserError
+from localspec.settings import Settings
 
 if TYPE_CHECKING:
     from localspec.tui.store import ChatStore
 
 
 @app.command()
-@generation_options(hide=("verbose",), max_tokens=1024, temperature=0.7, ctx=8192)
+@generation_options("chat", hide=("verbose",), max_tokens=1024, temperature=0.7, ctx=8192)
 def chat(
     conversation: Annotated[
         int | None,
@@ -41,7 +42,7 @@ def chat(
         Path | None, typer.Option("--save-dir", help="Where Ctrl+S writes transcripts (default: the current folder).")
     ] = None,
     *,
-    options: Options,
+    options: Settings,
 ) -> None:
     """Chat with a model in the terminal and watch the speculation: drafted tokens the model accepted are
     green, rejected drafts flash struck-through, and a side panel shows tok/s and acceptance live.

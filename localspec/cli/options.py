@@ -1,4 +1,5 @@
-"""Generation options shared by run, chat and bench: declared once, listed in each command's signature."""
+"""The generation options of run, chat and bench: each declared once (flags, type, default, help, where its value
+goes, which commands take it), and from that table every command's signature and the settings it builds."""
 
 from __future__ import annotations
 
@@ -15,117 +16,86 @@ from localspec.settings import (
     GenerationSettings,
     RuntimeSettings,
     SamplingSettings,
+    Settings,
     SpeculationSettings,
 )
 
-_MODEL = "Model"
-_SPEC = "Speculation"
-_SAMPLING = "Sampling"
-_RUNTIME = "Runtime"
-
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="Model name from `localspec models`, or a path to a .gguf file. "
-                 "Default: the embedded gemma3-270m.", rich_help_panel=_MODEL),
-]
-ProfileOpt = Annotated[
-    str | None,
-    typer.Option("--profile", "-p", help="A target/draft profile from models.toml (sets --model, --drafter, "
-                 "--draft, --k, --exit-layer unless given).", rich_help_panel=_MODEL),
-]
-DrafterOpt = Annotated[
-    str | None,
-    typer.Option("--drafter", "-d", help=f"Who proposes tokens: {' | '.join(DRAFTERS)}. 'auto' (default) uses "
-                 "n-gram lookup where the text repeats, the draft model if one is given, else plain decoding.",
-                 rich_help_panel=_SPEC),
-]
-DraftOpt = Annotated[
-    str | None,
-    typer.Option("--draft", help="Draft model (name or path) for --drafter draft/auto; must share the "
-                 "target's tokenizer.", rich_help_panel=_SPEC),
-]
-KOpt = Annotated[
-    int | None,
-    typer.Option("--k", help="Fixed draft length. Default: adaptive, chosen each step from measured "
-                 "acceptance and costs (0 = plain decoding).", rich_help_panel=_SPEC),
-]
-ExitLayerOpt = Annotated[
-    int | None,
-    typer.Option("--exit-layer", help="Layers kept for --drafter early-exit (default: a third of the model).",
-                 rich_help_panel=_SPEC),
-]
-PMinOpt = Annotated[
-    float,
-    typer.Option("--p-min", help="Stop a model draft early when the draft's top probability falls below this.",
-                 rich_help_panel=_SPEC),
-]
-MaxTokensOpt = Annotated[
-    int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.", rich_help_panel=_SAMPLING)
-]
-TemperatureOpt = Annotated[
-    float, typer.Option("--temperature", "-t", help="0 = greedy (the likeliest token at every step).",
-                        rich_help_panel=_SAMPLING)
-]
-TopKOpt = Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens (0 = off).",
-                                      rich_help_panel=_SAMPLING)]
-TopPOpt = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1 = off).",
-                                        rich_help_panel=_SAMPLING)]
-MinPOpt = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p × the likeliest (0 = off).",
-                                        rich_help_panel=_SAMPLING)]
-SeedOpt = Annotated[int | None, typer.Option(
-    "--seed", help="Seed for sampling. The same seed, options and model on the same machine give the same text when "
-    "the draft lengths are fixed (--k N, or --drafter none); adaptive lengths follow live timings, so a near-tie "
-    "can rarely go the other way (batch numerics).", rich_help_panel=_SAMPLING)]
-StopOpt = Annotated[
-    list[str] | None,
-    typer.Option("--stop", help="Stop when this text appears (repeatable); it is not printed.",
-                 rich_help_panel=_SAMPLING),
-]
-CtxOpt = Annotated[int, typer.Option("--ctx", help="Context size in tokens.", rich_help_panel=_RUNTIME)]
-ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all cores).",
-                                                rich_help_panel=_RUNTIME)]
-GpuLayersOpt = Annotated[
-    int | None,
-    typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all, 0 = none). Default: all where this "
-                 "llama-cpp-python can offload (a CUDA/Metal build with a GPU), else 0.", rich_help_panel=_RUNTIME),
-]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own log on stderr.",
-                                          rich_help_panel=_RUNTIME)]
+_ALL = ("run", "chat", "bench")
+_GENERATE = ("run", "chat")  # bench decodes greedily, with its own drafter list and token budgets
 
 
 @dataclass(frozen=True, slots=True)
-class Options:
-    """Everything a generation face needs, validated, after a profile has filled what the user left out."""
+class Opt:
+    """One option. ``goes_to`` is where its value lands in :class:`Settings` ("runtime.n_ctx"); model and profile
+    are resolved by :func:`build_options` itself."""
 
-    model: str | None
-    runtime: RuntimeSettings
-    speculation: SpeculationSettings
-    sampling: SamplingSettings
-    generation: GenerationSettings
+    name: str
+    flags: tuple[str, ...]
+    type: Any
+    default: Any
+    help: str
+    panel: str
+    goes_to: str
+    commands: tuple[str, ...] = _ALL
+
+    def annotation(self) -> Any:
+        return Annotated[self.type, typer.Option(*self.flags, help=self.help, rich_help_panel=self.panel)]
 
 
-def build_options(
-    *,
-    model: str | None,
-    profile: str | None,
-    drafter: str | None,
-    draft: str | None,
-    k: int | None,
-    exit_layer: int | None,
-    p_min: float,
-    max_tokens: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    min_p: float,
-    seed: int | None,
-    stop: list[str] | None,
-    ctx: int,
-    threads: int | None,
-    gpu_layers: int | None,
-    verbose: bool,
-) -> Options:
-    if profile is None and model is None:  # models.toml's `default` may name a profile: all of it applies
+OPTIONS: tuple[Opt, ...] = (
+    Opt("model", ("--model", "-m"), str | None, None, "Model name from `localspec models`, or a path to a .gguf "
+        "file. Default: the embedded gemma3-270m.", "Model", "model"),
+    Opt("profile", ("--profile", "-p"), str | None, None, "A target/draft profile from models.toml (sets --model, "
+        "--drafter, --draft, --k, --exit-layer unless given).", "Model", "profile"),
+    Opt("drafter", ("--drafter", "-d"), str | None, None, f"Who proposes tokens: {' | '.join(DRAFTERS)}. 'auto' "
+        "(default) uses n-gram lookup where the text repeats, the draft model if one is given, else plain decoding.",
+        "Speculation", "speculation.drafter", _GENERATE),
+    Opt("draft", ("--draft",), str | None, None, "Draft model (name or path) for --drafter draft/auto; must share "
+        "the target's tokenizer.", "Speculation", "speculation.draft_model"),
+    Opt("k", ("--k",), int | None, None, "Fixed draft length. Default: adaptive, chosen each step from measured "
+        "acceptance and costs (0 = plain decoding).", "Speculation", "speculation.k"),
+    Opt("exit_layer", ("--exit-layer",), int | None, None, "Layers kept for --drafter early-exit (default: a third "
+        "of the model).", "Speculation", "speculation.exit_layer"),
+    Opt("p_min", ("--p-min",), float, 0.0, "Stop a model draft early when the draft's top probability falls below "
+        "this.", "Speculation", "speculation.p_min", _GENERATE),
+    Opt("max_tokens", ("--max-tokens", "-n"), int, 256, "Most tokens to generate.", "Sampling",
+        "generation.max_tokens", _GENERATE),
+    Opt("temperature", ("--temperature", "-t"), float, 0.0, "0 = greedy (the likeliest token at every step).",
+        "Sampling", "sampling.temperature", _GENERATE),
+    Opt("top_k", ("--top-k",), int, 40, "Keep the k likeliest tokens (0 = off).", "Sampling", "sampling.top_k",
+        _GENERATE),
+    Opt("top_p", ("--top-p",), float, 0.95, "Nucleus sampling mass (1 = off).", "Sampling", "sampling.top_p",
+        _GENERATE),
+    Opt("min_p", ("--min-p",), float, 0.05, "Drop tokens below min-p × the likeliest (0 = off).", "Sampling",
+        "sampling.min_p", _GENERATE),
+    Opt("seed", ("--seed",), int | None, None, "Seed for sampling. The same seed, options and model on the same "
+        "machine give the same text when the draft lengths are fixed (--k N, or --drafter none); adaptive lengths "
+        "follow live timings, so a near-tie can rarely go the other way (batch numerics).", "Sampling",
+        "sampling.seed", _GENERATE),
+    Opt("stop", ("--stop",), list[str] | None, None, "Stop when this text appears (repeatable); it is not printed.",
+        "Sampling", "generation.stop", _GENERATE),
+    Opt("ctx", ("--ctx",), int, 4096, "Context size in tokens.", "Runtime", "runtime.n_ctx"),
+    Opt("threads", ("--threads",), int | None, None, "CPU threads (default: all cores).", "Runtime",
+        "runtime.n_threads"),
+    Opt("gpu_layers", ("--gpu-layers",), int | None, None, "Layers to offload to the GPU (-1 = all, 0 = none). "
+        "Default: all where this llama-cpp-python can offload (a CUDA/Metal build with a GPU), else 0.", "Runtime",
+        "runtime.n_gpu_layers"),
+    Opt("verbose", ("--verbose",), bool, False, "Show llama.cpp's own log on stderr.", "Runtime", "runtime.verbose"),
+)
+DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+_PARTS = {"runtime": RuntimeSettings, "speculation": SpeculationSettings, "sampling": SamplingSettings,
+          "generation": GenerationSettings}
+
+
+def build_options(**given: Any) -> Settings:
+    """Settings from option values (any left out take their declared default), after a profile (``--profile``, or
+    models.toml's ``default`` naming one) has filled what the user left out; validated."""
+    unknown = set(given) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"build_options: no option named {', '.join(sorted(unknown))}")
+    values = DEFAULTS | given
+    profile = values["profile"]
+    if profile is None and values["model"] is None:  # models.toml's `default` may name a profile: all of it applies
         from localspec.models.registry import default_profile
 
         profile = default_profile()
@@ -133,60 +103,53 @@ def build_options(
         from localspec.models.registry import resolve_profile
 
         p = resolve_profile(profile)
-        model = model if model is not None else p.target
-        drafter = drafter if drafter is not None else p.drafter
-        draft = draft if draft is not None else p.draft
-        k = k if k is not None else p.k
-        exit_layer = exit_layer if exit_layer is not None else p.exit_layer
-    if drafter is None:
-        drafter = "auto"
-    options = Options(
-        model=model,
-        runtime=RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers, verbose=verbose),
-        speculation=SpeculationSettings(drafter=drafter, draft_model=draft, k=k, exit_layer=exit_layer,
-                                        p_min=p_min),
-        sampling=SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        generation=GenerationSettings(max_tokens=max_tokens, stop=tuple(stop or ())),
-    )
-    for part in (options.runtime, options.speculation, options.sampling, options.generation):
-        part.validate()
-    return options
+        for name, value in (("model", p.target), ("drafter", p.drafter), ("draft", p.draft), ("k", p.k),
+                            ("exit_layer", p.exit_layer)):
+            if values[name] is None:
+                values[name] = value
+    if values["drafter"] is None:
+        values["drafter"] = "auto"
+    fields: dict[str, dict[str, Any]] = {part: {} for part in _PARTS}
+    for o in OPTIONS:
+        part, _, field = o.goes_to.partition(".")
+        if field:
+            value = values[o.name]
+            fields[part][field] = tuple(value or ()) if o.name == "stop" else value
+    settings = Settings(values["model"], **{part: cls(**fields[part]) for part, cls in _PARTS.items()})
+    settings.validate()
+    return settings
 
 
-# (name, option, default) of every shared generation option, in --help order
-_SHARED: tuple[tuple[str, Any, Any], ...] = (
-    ("model", ModelOpt, None), ("profile", ProfileOpt, None), ("drafter", DrafterOpt, None),
-    ("draft", DraftOpt, None), ("k", KOpt, None), ("exit_layer", ExitLayerOpt, None), ("p_min", PMinOpt, 0.0),
-    ("max_tokens", MaxTokensOpt, 256), ("temperature", TemperatureOpt, 0.0), ("top_k", TopKOpt, 40),
-    ("top_p", TopPOpt, 0.95), ("min_p", MinPOpt, 0.05), ("seed", SeedOpt, None), ("stop", StopOpt, None),
-    ("ctx", CtxOpt, 4096), ("threads", ThreadsOpt, None), ("gpu_layers", GpuLayersOpt, None),
-    ("verbose", VerboseOpt, False),
-)  # fmt: skip
+def generation_options(
+    command_name: str, *, hide: tuple[str, ...] = (), **defaults: Any
+) -> Callable[[Callable[..., Any]], Any]:
+    """Give a command the options of :data:`OPTIONS` that it takes, validated into one ``options: Settings``
+    argument (and, if the command has a ``given`` parameter, the raw values as typed).
 
-
-def generation_options(*, hide: tuple[str, ...] = (), **defaults: Any) -> Callable[[Callable[..., Any]], Any]:
-    """Give a command every shared generation option, validated into one ``options: Options`` argument.
-
-    The command declares only its own parameters plus ``options``; ``defaults`` changes an option's default for
-    this command, ``hide`` leaves an option out (it then keeps its default).
+    ``defaults`` changes an option's default for this command; ``hide`` leaves an option out (it keeps its default).
     """
+    mine = [o for o in OPTIONS if command_name in o.commands]
 
     def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
-        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"]
+        params = inspect.signature(command, eval_str=True).parameters
+        own = [p for p in params.values() if p.name not in ("options", "given")]
+        shown = [o for o in mine if o.name not in hide]
         shared = [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(name, default), annotation=opt)
-            for name, opt, default in _SHARED
-            if name not in hide
+            inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(o.name, o.default),
+                              annotation=o.annotation())
+            for o in shown
         ]
-        fixed = {name: defaults.get(name, default) for name, _, default in _SHARED if name in hide}
+        fixed = {o.name: defaults.get(o.name, o.default) for o in mine if o.name in hide}
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> Any:
-            values = {name: kwargs.pop(name) for name, _, _ in _SHARED if name not in hide}
+            values = {o.name: kwargs.pop(o.name) for o in shown}
             from localspec.cli import user_errors
 
             with user_errors():
                 options = build_options(**fixed, **values)
+            if "given" in params:
+                kwargs["given"] = values
             return command(options=options, **kwargs)
 
         run.__signature__ = inspect.Signature(own + shared)  # type: ignore[attr-defined]

@@ -14,10 +14,11 @@ if TYPE_CHECKING:
     from localspec.runtime import Runtime
 
 from localspec.cli import app, ctrl_c_as_request, user_errors
-from localspec.cli.options import Options, generation_options
+from localspec.cli.options import generation_options
 from localspec.cli.render import json_document, stats_lines
 from localspec.errors import UserError
 from localspec.events import Finished, Notice, Stats, Step, Token
+from localspec.settings import Settings
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -54,7 +55,7 @@ def decode_argument(value: str, where: str) -> str:
 
 
 @app.command()
-@generation_options()
+@generation_options("run")
 def run(
     prompt: Annotated[str | None, typer.Argument(help="The prompt; '-' reads it from stdin.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the prompt from a file.")] = None,
@@ -62,7 +63,7 @@ def run(
     system: Annotated[str | None, typer.Option("--system", help="System message (implies --chat).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, tokens, stats).")] = False,
     *,
-    options: Options,
+    options: Settings,
 ) -> None:
     """Generate text from PROMPT, faster through lossless speculative decoding.
 
@@ -82,9 +83,7 @@ def run(
             system = decode_argument(system, "--system")
             chat = True
         # from here on a first Ctrl-C is a request: it stops a model load, or the generation after its step
-        with ctrl_c_as_request() as cancelled, Runtime.open(
-            options.model, options.runtime, options.speculation, options.sampling, cancelled=cancelled
-        ) as rt:
+        with ctrl_c_as_request() as cancelled, Runtime.open(options, cancelled=cancelled) as rt:
             for notice in rt.notices:
                 print(f"localspec: {notice}", file=sys.stderr)
             if chat and rt.chat_template.source != "model":
@@ -96,7 +95,7 @@ def run(
 
 
 def _generate(
-    rt: Runtime, prompt_tokens: list[int], options: Options, as_json: bool, cancelled: Callable[[], bool]
+    rt: Runtime, prompt_tokens: list[int], options: Settings, as_json: bool, cancelled: Callable[[], bool]
 ) -> Finished:
     out = sys.stdout
     tokens: list[Token] = []

@@ -41,9 +41,9 @@ from localspec.tui.session import Session
 from localspec.tui.widgets import Legend, StatsPanel, Transcript
 
 if TYPE_CHECKING:
-    from localspec.cli.options import Options
     from localspec.engine.chat import Message
     from localspec.runtime import Runtime
+    from localspec.settings import Settings
     from localspec.tui.store import ChatStore
 
 DRAFTER_CYCLE = ("none", "ngram", "draft", "early-exit", "auto")
@@ -75,13 +75,13 @@ class ChatApp(ConversationCommands, App[None]):
 
     def __init__(
         self,
-        options: Options,
+        options: Settings,
         *,
         system: str | None = None,
         save_dir: Path | None = None,
         store: ChatStore | None = None,
         resume: int | None = None,
-        runtime_factory: Callable[[Options], Runtime] = open_runtime,
+        runtime_factory: Callable[[Settings], Runtime] = open_runtime,
     ) -> None:
         """``store``: where conversations are saved as they happen (None: nowhere); ``resume``: a saved one."""
         super().__init__()

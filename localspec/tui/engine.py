@@ -36,8 +36,8 @@ from localspec.tui.messages import (
 if TYPE_CHECKING:
     from textual.message import Message
 
-    from localspec.cli.options import Options
     from localspec.runtime import Runtime
+    from localspec.settings import Settings
 
 T = TypeVar("T")
 
@@ -52,10 +52,10 @@ MIN_FRAME_SECONDS = 0.5  # whatever the budget, the answer moves at least this o
 INSTRUCT_BY_ARCH = {"gemma3": "gemma3-270m-it"}
 
 
-def open_runtime(options: Options) -> Runtime:
+def open_runtime(options: Settings) -> Runtime:
     from localspec.runtime import Runtime
 
-    return Runtime.open(options.model, options.runtime, options.speculation, options.sampling)
+    return Runtime.open(options)
 
 
 class Engine:
@@ -63,9 +63,9 @@ class Engine:
 
     def __init__(
         self,
-        options: Options,
+        options: Settings,
         post: Callable[[Message], Any],
-        runtime_factory: Callable[[Options], Runtime] = open_runtime,
+        runtime_factory: Callable[[Settings], Runtime] = open_runtime,
     ) -> None:
         self.options = options
         self._post = post
