@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,16 @@ async def until(pilot: Pilot[Any], condition: Callable[[], bool], timeout: float
         await pilot.pause(0.05)
 
 
+def drive(app: ChatApp, body: Callable[[Pilot[ChatApp]], Awaitable[None]], size: tuple[int, int] = SIZE) -> None:
+    """Run ``app`` headless in a terminal of ``size``, with ``body`` driving it as a person would (a Pilot)."""
+
+    async def scenario() -> None:
+        async with app.run_test(size=size) as pilot:
+            await body(pilot)
+
+    asyncio.run(scenario())
+
+
 async def ask(pilot: Pilot[ChatApp], text: str) -> Finished:
     """Type a message as a person would, send it with Enter, and wait for the answer to finish."""
     app = pilot.app
@@ -60,217 +70,217 @@ async def ask(pilot: Pilot[ChatApp], text: str) -> Finished:
 
 
 def test_answer_streams_with_accepted_drafts_styled(model_path: Path) -> None:
-    async def scenario() -> None:
-        app = ChatApp(options(model_path))
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.ready)
-            assert "built-in 'gemma'" in app.sub_title  # the model has no template: the header says so
-            finished = await ask(pilot, REPEAT_PROMPT)
-            answer = app.query(AnswerView).last()
+    app = ChatApp(options(model_path))
 
-            # the transcript holds the question and the generated text, and so does the conversation
-            assert app.query(".user").last().render().plain == REPEAT_PROMPT  # type: ignore[union-attr]
-            steps = app.answer_steps
-            generated = "".join(t.text for s in steps for t in s.emitted) + finished.tail
-            assert answer.text == generated and generated.strip()
-            assert app.conversation.turns[-1].role == "assistant"
-            assert app.conversation.turns[-1].text == generated
-            assert finished.stats.generated_tokens == sum(len(s.emitted) for s in steps)
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        assert "built-in 'gemma'" in app.sub_title  # the model has no template: the header says so
+        finished = await ask(pilot, REPEAT_PROMPT)
+        answer = app.query(AnswerView).last()
 
-            # accepted draft tokens carry the accepted style, the target's own tokens do not
-            accepted_text = "".join(t.text for s in steps for t in s.accepted)
-            assert accepted_text, "the n-gram drafter should have had drafts accepted on a repeating prompt"
-            content = answer.content()
-            styled = "".join(content.plain[sp.start:sp.end] for sp in content.spans if sp.style == ACCEPTED_STYLE)
-            assert styled == accepted_text
-            # ghosts are gone once the answer is done
-            assert not [sp for sp in content.spans if sp.style == GHOST_STYLE]
-            assert all(r.kind != "ghost" for r in answer.runs)
+        # the transcript holds the question and the generated text, and so does the conversation
+        assert app.query(".user").last().render().plain == REPEAT_PROMPT  # type: ignore[union-attr]
+        steps = app.answer_steps
+        generated = "".join(t.text for s in steps for t in s.emitted) + finished.tail
+        assert answer.text == generated and generated.strip()
+        assert app.conversation.turns[-1].role == "assistant"
+        assert app.conversation.turns[-1].text == generated
+        assert finished.stats.generated_tokens == sum(len(s.emitted) for s in steps)
 
-            # the stats panel has the answer's numbers and a speedup estimate
-            panel = app.query_one(StatsPanel)
-            assert "tok/s" in str(panel.query_one("#rates", Static).render())
-            assert list(panel.query_one("#spark", Sparkline).data or []) == [len(s.emitted) for s in steps]
-            assert app.last_speedup is not None and app.last_speedup > 0
+        # accepted draft tokens carry the accepted style, the target's own tokens do not
+        accepted_text = "".join(t.text for s in steps for t in s.accepted)
+        assert accepted_text, "the n-gram drafter should have had drafts accepted on a repeating prompt"
+        content = answer.content()
+        styled = "".join(content.plain[sp.start:sp.end] for sp in content.spans if sp.style == ACCEPTED_STYLE)
+        assert styled == accepted_text
+        # ghosts are gone once the answer is done
+        assert not [sp for sp in content.spans if sp.style == GHOST_STYLE]
+        assert all(r.kind != "ghost" for r in answer.runs)
 
-            # lossless: the same conversation decoded by the target alone gives the same text
-            rt = app.rt
-            assert rt is not None
-            tokens = app._tokens(app.conversation.messages()[:-1])
+        # the stats panel has the answer's numbers and a speedup estimate
+        panel = app.query_one(StatsPanel)
+        assert "tok/s" in str(panel.query_one("#rates", Static).render())
+        assert list(panel.query_one("#spark", Sparkline).data or []) == [len(s.emitted) for s in steps]
+        assert app.last_speedup is not None and app.last_speedup > 0
 
-            def plain_text() -> str:
-                rt.set_drafter("none")
-                plain = ""
-                for event in rt.generator.generate(tokens, app.options.generation):
-                    if isinstance(event, Finished):
-                        plain += event.tail
-                    elif hasattr(event, "emitted"):
-                        plain += "".join(t.text for t in event.emitted)
-                return plain
+        # lossless: the same conversation decoded by the target alone gives the same text
+        rt = app.rt
+        assert rt is not None
+        tokens = app._tokens(app.conversation.messages()[:-1])
 
-            # on the app's engine thread, like all llama.cpp work (the context warns otherwise)
-            assert app.engine.call(plain_text) == generated
+        def plain_text() -> str:
+            rt.set_drafter("none")
+            plain = ""
+            for event in rt.generator.generate(tokens, app.options.generation):
+                if isinstance(event, Finished):
+                    plain += event.tail
+                elif hasattr(event, "emitted"):
+                    plain += "".join(t.text for t in event.emitted)
+            return plain
 
-    asyncio.run(scenario())
+        # on the app's engine thread, like all llama.cpp work (the context warns otherwise)
+        assert app.engine.call(plain_text) == generated
+
+    drive(app, body)
 
 
 def test_ghosts_appear_while_streaming_and_can_be_hidden(model_path: Path) -> None:
     """Rejected drafts are shown (briefly) where they were rejected; Ctrl+G hides them."""
     from localspec.events import Step, Token
 
-    async def scenario() -> None:
-        app = ChatApp(options(model_path))
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.ready)
-            view = AnswerView(show_ghosts=True, ghost_seconds=10.0)
-            step = Step((Token(1, " a", "draft"),), (Token(2, " x", "draft"), Token(3, " y", "draft")),
-                        Token(4, " b", "target"), "ngram", 3, 0.0, 0.0)
-            view.add_step(step, now=0.0)
-            assert [(r.text, r.kind) for r in view.runs] == [(" a", "draft"), (" x y", "ghost"), (" b", "target")]
-            assert view.text == " a b"
-            view.drop_ghosts(now=5.0)
-            assert len(view.runs) == 3  # not yet expired
-            view.drop_ghosts(now=11.0)
-            assert [(r.text, r.kind) for r in view.runs] == [(" a", "draft"), (" b", "target")]
+    app = ChatApp(options(model_path))
 
-            await pilot.press("ctrl+g")
-            assert app.show_ghosts is False
-            assert "hidden" in str(app.query_one("#legend", Static).render())
-            await pilot.press("ctrl+g")
-            assert app.show_ghosts is True
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        view = AnswerView(show_ghosts=True, ghost_seconds=10.0)
+        step = Step((Token(1, " a", "draft"),), (Token(2, " x", "draft"), Token(3, " y", "draft")),
+                    Token(4, " b", "target"), "ngram", 3, 0.0, 0.0)
+        view.add_step(step, now=0.0)
+        assert [(r.text, r.kind) for r in view.runs] == [(" a", "draft"), (" x y", "ghost"), (" b", "target")]
+        assert view.text == " a b"
+        view.drop_ghosts(now=5.0)
+        assert len(view.runs) == 3  # not yet expired
+        view.drop_ghosts(now=11.0)
+        assert [(r.text, r.kind) for r in view.runs] == [(" a", "draft"), (" b", "target")]
 
-    asyncio.run(scenario())
+        await pilot.press("ctrl+g")
+        assert app.show_ghosts is False
+        assert "hidden" in str(app.query_one("#legend", Static).render())
+        await pilot.press("ctrl+g")
+        assert app.show_ghosts is True
+
+    drive(app, body)
 
 
 def test_escape_stops_a_long_answer(model_path: Path) -> None:
-    async def scenario() -> None:
-        app = ChatApp(options(model_path, drafter="none", k=None, max_tokens=2000))
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.ready)
-            await pilot.press(*"Write a very long story about a dragon.")
-            await pilot.press("enter")
-            await until(pilot, lambda: len(app.answer_steps) >= 3)
-            await pilot.press("escape")
-            await until(pilot, lambda: not app.busy, timeout=20)
-            finished = app.last_finished
-            assert finished is not None and finished.reason == "interrupted"
-            assert 3 <= finished.stats.generated_tokens < 2000
-            # the partial answer stays, on screen and in the conversation
-            answer = app.query(AnswerView).last()
-            assert answer.text and app.conversation.turns[-1].text == answer.text
-            assert any("Stopped" in str(n.render()) for n in app.query(".notice"))
-            # and the app takes the next question
-            assert app.prompt_input.has_focus and not app.prompt_input.disabled
+    app = ChatApp(options(model_path, drafter="none", k=None, max_tokens=2000))
 
-    asyncio.run(scenario())
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        await pilot.press(*"Write a very long story about a dragon.")
+        await pilot.press("enter")
+        await until(pilot, lambda: len(app.answer_steps) >= 3)
+        await pilot.press("escape")
+        await until(pilot, lambda: not app.busy, timeout=20)
+        finished = app.last_finished
+        assert finished is not None and finished.reason == "interrupted"
+        assert 3 <= finished.stats.generated_tokens < 2000
+        # the partial answer stays, on screen and in the conversation
+        answer = app.query(AnswerView).last()
+        assert answer.text and app.conversation.turns[-1].text == answer.text
+        assert any("Stopped" in str(n.render()) for n in app.query(".notice"))
+        # and the app takes the next question
+        assert app.prompt_input.has_focus and not app.prompt_input.disabled
+
+    drive(app, body)
 
 
 def test_drafter_key_changes_the_drafter_for_the_next_answer(model_path: Path) -> None:
-    async def scenario() -> None:
-        app = ChatApp(options(model_path, drafter="none", k=None, max_tokens=12))
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.ready)
-            assert app.drafter_choice == "none"
-            await pilot.press("f2")
-            assert app.drafter_choice == "ngram"
-            assert "next     ngram" in str(app.query_one("#drafter", Static).render())
-            await ask(pilot, "Say hello.")
-            assert app.rt is not None and app.rt.drafter_name == "ngram"
-            assert app.conversation.turns[-1].drafter == "ngram"
-            # the cycle skips `draft` when no --draft model was given: ngram → early-exit → auto → none
-            await pilot.press("f2")
-            assert app.drafter_choice == "early-exit"
-            await pilot.press("f2", "f2")
-            assert app.drafter_choice == "none"
+    app = ChatApp(options(model_path, drafter="none", k=None, max_tokens=12))
 
-    asyncio.run(scenario())
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        assert app.drafter_choice == "none"
+        await pilot.press("f2")
+        assert app.drafter_choice == "ngram"
+        assert "next     ngram" in str(app.query_one("#drafter", Static).render())
+        await ask(pilot, "Say hello.")
+        assert app.rt is not None and app.rt.drafter_name == "ngram"
+        assert app.conversation.turns[-1].drafter == "ngram"
+        # the cycle skips `draft` when no --draft model was given: ngram → early-exit → auto → none
+        await pilot.press("f2")
+        assert app.drafter_choice == "early-exit"
+        await pilot.press("f2", "f2")
+        assert app.drafter_choice == "none"
+
+    drive(app, body)
 
 
 def test_follow_up_reuses_the_cache_and_saves_markdown(model_path: Path, tmp_path: Path) -> None:
-    async def scenario() -> None:
-        app = ChatApp(options(model_path, max_tokens=16), save_dir=tmp_path, system="Answer briefly.")
-        async with app.run_test(size=SIZE) as pilot:
-            await ask(pilot, "Name a colour.")
-            first = app.last_prefill
-            await ask(pilot, "Name another one.")
-            second = app.last_prefill
-            assert first is not None and second is not None
-            # only the new turn (plus whatever the re-rendered answer changed) is prefilled
-            assert second.prompt_tokens > first.prompt_tokens
-            assert second.new_tokens < second.prompt_tokens - first.prompt_tokens + 8
-            assert [t.role for t in app.conversation.turns] == ["user", "assistant", "user", "assistant"]
+    app = ChatApp(options(model_path, max_tokens=16), save_dir=tmp_path, system="Answer briefly.")
 
-            await pilot.press("ctrl+s")
-            assert app.last_saved is not None and app.last_saved.parent == tmp_path
-            saved = app.last_saved.read_text(encoding="utf-8")
-            assert "## You\n\nName a colour." in saved and "## System\n\nAnswer briefly." in saved
-            assert app.conversation.turns[-1].text.strip() in saved
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await ask(pilot, "Name a colour.")
+        first = app.last_prefill
+        await ask(pilot, "Name another one.")
+        second = app.last_prefill
+        assert first is not None and second is not None
+        # only the new turn (plus whatever the re-rendered answer changed) is prefilled
+        assert second.prompt_tokens > first.prompt_tokens
+        assert second.new_tokens < second.prompt_tokens - first.prompt_tokens + 8
+        assert [t.role for t in app.conversation.turns] == ["user", "assistant", "user", "assistant"]
 
-            # Ctrl+L asks first: Esc keeps the conversation, y clears it
-            await pilot.press("ctrl+l")
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("escape")
-            assert len(app.conversation.turns) == 4 and app.query(AnswerView)
-            await pilot.press("ctrl+l", "y")
-            assert app.conversation.turns == [] and not app.query(AnswerView)
+        await pilot.press("ctrl+s")
+        assert app.last_saved is not None and app.last_saved.parent == tmp_path
+        saved = app.last_saved.read_text(encoding="utf-8")
+        assert "## You\n\nName a colour." in saved and "## System\n\nAnswer briefly." in saved
+        assert app.conversation.turns[-1].text.strip() in saved
 
-    asyncio.run(scenario())
+        # Ctrl+L asks first: Esc keeps the conversation, y clears it
+        await pilot.press("ctrl+l")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")
+        assert len(app.conversation.turns) == 4 and app.query(AnswerView)
+        await pilot.press("ctrl+l", "y")
+        assert app.conversation.turns == [] and not app.query(AnswerView)
+
+    drive(app, body)
 
 
 def test_help_opens_with_question_mark_only_when_the_input_is_empty(model_path: Path) -> None:
-    async def scenario() -> None:
-        app = ChatApp(options(model_path))
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.ready)
-            await pilot.press("question_mark")
-            assert isinstance(app.screen, HelpScreen)
-            await pilot.press("escape")
-            assert not isinstance(app.screen, HelpScreen)
-            await pilot.press("w", "h", "y", "question_mark")
-            assert app.prompt_input.text == "why?"
-            assert not isinstance(app.screen, HelpScreen)
-            await pilot.press("f1")
-            assert isinstance(app.screen, HelpScreen)
-            await pilot.press("f1")
-            assert not isinstance(app.screen, HelpScreen)
+    app = ChatApp(options(model_path))
 
-    asyncio.run(scenario())
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("w", "h", "y", "question_mark")
+        assert app.prompt_input.text == "why?"
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("f1")
+        assert not isinstance(app.screen, HelpScreen)
+
+    drive(app, body)
 
 
 def test_a_model_that_fails_to_load_is_a_notice(tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)
 
-    async def scenario() -> None:
-        app = ChatApp(options(broken))
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: bool(app.query(".notice.error")))
-            notice = str(app.query(".notice.error").first().render())
-            assert "could not be opened" in notice
-            assert not app.ready and app.prompt_input.disabled
-            await pilot.press("ctrl+q")
-        assert app.return_code in (0, None)
+    app = ChatApp(options(broken))
 
-    asyncio.run(scenario())
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: bool(app.query(".notice.error")))
+        notice = str(app.query(".notice.error").first().render())
+        assert "could not be opened" in notice
+        assert not app.ready and app.prompt_input.disabled
+        await pilot.press("ctrl+q")
+
+    drive(app, body)
+    assert app.return_code == 0
 
 
 def test_a_full_context_offers_to_drop_the_oldest_turns(model_path: Path) -> None:
-    async def scenario() -> None:
-        app = ChatApp(options(model_path, ctx=88, max_tokens=48))
-        async with app.run_test(size=SIZE) as pilot:
-            first = await ask(pilot, REPEAT_PROMPT)  # 33 prompt tokens + 48 answered: the next turn cannot fit
-            assert first.reason == "length", "the test needs a first answer that runs to --max-tokens"
-            await pilot.press(*"And again?")
-            await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, ContextFullScreen))
-            await pilot.press("d")
-            await until(pilot, lambda: not isinstance(app.screen, ContextFullScreen))
-            await until(pilot, lambda: not app.busy and app.conversation.turns[-1].role == "assistant")
-            # the first exchange left the model's context; the question got an answer
-            assert [t.text for t in app.conversation.turns if t.role == "user"] == ["And again?"]
-            assert any("Dropped the 1 oldest" in str(n.render()) for n in app.query(".notice"))
+    app = ChatApp(options(model_path, ctx=88, max_tokens=48))
 
-    asyncio.run(scenario())
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        first = await ask(pilot, REPEAT_PROMPT)  # 33 prompt tokens + 48 answered: the next turn cannot fit
+        assert first.reason == "length", "the test needs a first answer that runs to --max-tokens"
+        await pilot.press(*"And again?")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ContextFullScreen))
+        await pilot.press("d")
+        await until(pilot, lambda: not isinstance(app.screen, ContextFullScreen))
+        await until(pilot, lambda: not app.busy and app.conversation.turns[-1].role == "assistant")
+        # the first exchange left the model's context; the question got an answer
+        assert [t.text for t in app.conversation.turns if t.role == "user"] == ["And again?"]
+        assert any("Dropped the 1 oldest" in str(n.render()) for n in app.query(".notice"))
+
+    drive(app, body)
 
 
 def test_conversation_fit_and_markdown() -> None:
@@ -329,29 +339,29 @@ def test_a_long_answer_keeps_only_its_tail_live(model_path: Path) -> None:
     """Finished lines of a long answer move into parts rendered once; text, styles and order are unchanged."""
     from localspec.events import Step, Token
 
-    async def scenario() -> None:
-        app = ChatApp(options(model_path))
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.ready)
-            view = app.transcript.start_answer(show_ghosts=True, title="Assistant")
-            await pilot.pause()  # composed: parts are mounted before its live tail
-            expected = ""
-            for i in range(120):
-                line = f"line {i} of a long answer\n"
-                source = "draft" if i % 2 else "target"
-                step = Step((Token(i, line, "draft"),) if source == "draft" else (), (),
-                            Token(i, line, "target") if source == "target" else None, "ngram", 1, 0.0, 0.0)
-                view.add_step(step, now=0.0)
-                view.repaint()
-                await pilot.pause()
-                expected += line
-            await pilot.pause()
-            parts = view.query(Static)
-            assert len(parts) > 3  # frozen parts + the live tail
-            assert view.text == expected
-            assert view.content().plain == expected
-            assert sum(len(r.text) for r in view._runs) <= AnswerView.FREEZE_CHARS + 40
-            shown = "\n".join(str(p.render()) for p in parts if p.display)
-            assert shown.replace("\n", "") == expected.replace("\n", "")
+    app = ChatApp(options(model_path))
 
-    asyncio.run(scenario())
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        view = app.transcript.start_answer(show_ghosts=True, title="Assistant")
+        await pilot.pause()  # composed: parts are mounted before its live tail
+        expected = ""
+        for i in range(120):
+            line = f"line {i} of a long answer\n"
+            source = "draft" if i % 2 else "target"
+            step = Step((Token(i, line, "draft"),) if source == "draft" else (), (),
+                        Token(i, line, "target") if source == "target" else None, "ngram", 1, 0.0, 0.0)
+            view.add_step(step, now=0.0)
+            view.repaint()
+            await pilot.pause()
+            expected += line
+        await pilot.pause()
+        parts = view.query(Static)
+        assert len(parts) > 3  # frozen parts + the live tail
+        assert view.text == expected
+        assert view.content().plain == expected
+        assert sum(len(r.text) for r in view._runs) <= AnswerView.FREEZE_CHARS + 40
+        shown = "\n".join(str(p.render()) for p in parts if p.display)
+        assert shown.replace("\n", "") == expected.replace("\n", "")
+
+    drive(app, body)

@@ -21,7 +21,7 @@ from localspec.tui.screens import ConfirmScreen, ConversationsScreen  # noqa: E4
 from localspec.tui.store import ChatStore  # noqa: E402
 from localspec.tui.widgets import AnswerView  # noqa: E402
 from tests.conftest import localspec  # noqa: E402
-from tests.test_tui import SIZE, ask, options, until  # noqa: E402
+from tests.test_tui import SIZE, ask, drive, options, until  # noqa: E402
 
 
 def texts(app: ChatApp) -> list[str]:
@@ -112,48 +112,48 @@ def test_a_conversation_is_saved_as_it_happens_and_resumed(model_path: Path, tmp
 def test_answer_again_edit_and_resend_copy(model_path: Path, tmp_path: Path) -> None:
     path = tmp_path / "chats.sqlite3"
 
-    async def scenario() -> None:
-        app = ChatApp(options(model_path, max_tokens=6), store=ChatStore(path))
-        async with app.run_test(size=SIZE) as pilot:
-            await ask(pilot, "Name a colour.")
-            first = app.conversation.turns[-1]
+    app = ChatApp(options(model_path, max_tokens=6), store=ChatStore(path))
 
-            # F4 copies the last answer
-            await pilot.press("f4")
-            assert app.clipboard == first.text and first.text
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await ask(pilot, "Name a colour.")
+        first = app.conversation.turns[-1]
 
-            # Ctrl+R writes the last answer again: it replaces the old one, on screen and in the file
-            await answer_again(pilot)
-            assert len(app.conversation.turns) == 2 and app.conversation.turns[-1] is not first
-            assert len(app.query(AnswerView)) == 1
-            assert saved_texts(path, app.session.id) == texts(app)
+        # F4 copies the last answer
+        await pilot.press("f4")
+        assert app.clipboard == first.text and first.text
 
-            # F3 takes the last question back into the input; Enter sends the edited one
-            await pilot.press("f3")
-            assert app.prompt_input.text == "Name a colour." and texts(app) == []
-            assert not app.query(AnswerView) and shown_questions(app) == []
-            assert saved_texts(path, app.session.id) == []
-            await pilot.press("backspace", *" please.")
-            await pilot.press("enter")
-            await until(pilot, lambda: len(texts(app)) == 2 and not app.busy)
-            assert texts(app)[0] == "Name a colour please."
-            assert shown_questions(app) == ["Name a colour please."]
-            assert saved_texts(path, app.session.id) == texts(app)
+        # Ctrl+R writes the last answer again: it replaces the old one, on screen and in the file
+        await answer_again(pilot)
+        assert len(app.conversation.turns) == 2 and app.conversation.turns[-1] is not first
+        assert len(app.query(AnswerView)) == 1
+        assert saved_texts(path, app.session.id) == texts(app)
 
-    asyncio.run(scenario())
+        # F3 takes the last question back into the input; Enter sends the edited one
+        await pilot.press("f3")
+        assert app.prompt_input.text == "Name a colour." and texts(app) == []
+        assert not app.query(AnswerView) and shown_questions(app) == []
+        assert saved_texts(path, app.session.id) == []
+        await pilot.press("backspace", *" please.")
+        await pilot.press("enter")
+        await until(pilot, lambda: len(texts(app)) == 2 and not app.busy)
+        assert texts(app)[0] == "Name a colour please."
+        assert shown_questions(app) == ["Name a colour please."]
+        assert saved_texts(path, app.session.id) == texts(app)
+
+    drive(app, body)
 
 
 def test_a_base_model_says_so_once_and_names_an_instruction_tuned_one(model_path: Path) -> None:
-    async def scenario() -> None:
-        app = ChatApp(options(model_path))
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.ready)
-            notices = [str(n.render()) for n in app.query(".notice")]
-            advice = [n for n in notices if "base model" in n]
-            assert len(advice) == 1, notices
-            assert "localspec pull gemma3-270m-it" in advice[0]
+    app = ChatApp(options(model_path))
 
-    asyncio.run(scenario())
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        notices = [str(n.render()) for n in app.query(".notice")]
+        advice = [n for n in notices if "base model" in n]
+        assert len(advice) == 1, notices
+        assert "localspec pull gemma3-270m-it" in advice[0]
+
+    drive(app, body)
     # the model it names is in the registry: `localspec models` lists it, without errors
     listed = localspec(["models"])
     assert listed.code == 0 and "error" not in listed.stderr.lower(), listed.stderr
@@ -161,15 +161,15 @@ def test_a_base_model_says_so_once_and_names_an_instruction_tuned_one(model_path
 
 
 def test_a_narrow_window_folds_the_stats_panel_away(model_path: Path) -> None:
-    async def scenario() -> None:
-        app = ChatApp(options(model_path))
-        async with app.run_test(size=(70, 30)) as pilot:
-            await until(pilot, lambda: app.ready)
-            assert not app.query_one("#side").display
-            assert app.transcript.size.width >= 66  # the whole window, less its padding
-            await pilot.resize_terminal(110, 30)
-            await pilot.pause()
-            assert app.query_one("#side").display
-            assert app.transcript.size.width < 80
+    app = ChatApp(options(model_path))
 
-    asyncio.run(scenario())
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        assert not app.query_one("#side").display
+        assert app.transcript.size.width >= 66  # the whole window, less its padding
+        await pilot.resize_terminal(110, 30)
+        await pilot.pause()
+        assert app.query_one("#side").display
+        assert app.transcript.size.width < 80
+
+    drive(app, body, size=(70, 30))
