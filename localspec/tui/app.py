@@ -46,8 +46,6 @@ if TYPE_CHECKING:
     from localspec.settings import Settings
     from localspec.tui.store import ChatStore
 
-DRAFTER_CYCLE = ("none", "ngram", "draft", "early-exit", "auto")
-assert set(DRAFTER_CYCLE) == set(DRAFTERS)
 NARROW_BELOW = 80  # columns: narrower than this, the stats panel folds away and the transcript takes the width
 
 
@@ -343,7 +341,7 @@ class ChatApp(ConversationCommands, App[None]):
             self.engine.stop_requested.set()
 
     def action_cycle_drafter(self) -> None:
-        cycle = [d for d in DRAFTER_CYCLE if d != "draft" or self.options.speculation.draft_model]
+        cycle = [d for d in DRAFTERS if d != "draft" or self.options.speculation.draft_model]
         current = self.drafter_choice if self.drafter_choice in cycle else cycle[-1]
         self.drafter_choice = cycle[(cycle.index(current) + 1) % len(cycle)]
         active = self.rt.drafter_name if self.rt is not None else self.drafter_choice
