@@ -89,8 +89,8 @@ class SpeculationSettings:
     def validate(self) -> None:
         if self.drafter not in DRAFTERS:
             raise UserError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(DRAFTERS)}")
-        if self.k is not None and not (0 <= self.k <= 64):
-            raise UserError(f"--k must be between 0 and 64 (omit it for adaptive), got {self.k}")
+        if self.k is not None and not (0 <= self.k <= self.k_max):
+            raise UserError(f"--k must be between 0 and {self.k_max} (omit it for adaptive), got {self.k}")
         if self.drafter == "draft" and not self.draft_model:
             raise UserError("--drafter draft needs a draft model: pass --draft NAME|PATH (or use a --profile)")
         if self.exit_layer is not None and self.exit_layer < 1:

@@ -27,14 +27,16 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXED_KS = range(1, 16)
 
 
-def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int]]]:
-    """prompt id -> (prompt tokens, greedy target-only output), generated here once and cached."""
+def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int], bool]]:
+    """prompt id -> (prompt tokens, greedy target-only output, ended on end-of-generation), generated once, cached.
+    (No suite here has stop strings: an output shorter than its budget ended on end-of-generation.)"""
     cache = ROOT / "bench-out" / "replay-outputs.json"
+    budget = {p.id: p.max_tokens for p in prompts}
     key = hashlib.sha256(json.dumps([(p.id, p.prompt, p.max_tokens) for p in prompts]).encode()).hexdigest()[:16]
     try:
         data = json.loads(cache.read_text())
         if data.get("key") == key:
-            return {i: (a, b) for i, (a, b) in data["outputs"].items()}
+            return {i: (a, b, len(b) < budget[i]) for i, (a, b) in data["outputs"].items()}
     except (OSError, ValueError):
         pass
     from localspec.events import Step
@@ -50,18 +52,20 @@ def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int]]
             out[p.id] = (prompt, [t.id for e in events if isinstance(e, Step) for t in e.emitted])
     cache.parent.mkdir(exist_ok=True)
     cache.write_text(json.dumps({"key": key, "outputs": out}))
-    return out
+    return {i: (a, b, len(b) < budget[i]) for i, (a, b) in out.items()}
 
 
-def speedup(table: CostTable, prompt: list[int], output: list[int], k: int | None) -> float:
+def speedup(table: CostTable, prompt: list[int], output: list[int], eog: bool, k: int | None) -> float:
     """n-gram drafting with fixed k (None: adaptive) over target-only, both priced on ``table``."""
-    return replay("none", prompt, output, table).seconds / replay("ngram", prompt, output, table, k=k).seconds
+    plain = replay("none", prompt, output, table, eog=eog).seconds
+    return plain / replay("ngram", prompt, output, table, k=k, eog=eog).seconds
 
 
-def speedups(table: CostTable, prompt: list[int], output: list[int]) -> dict[str, float]:
-    row = {f"k={k}": speedup(table, prompt, output, k) for k in FIXED_KS}
-    row["adaptive"] = speedup(table, prompt, output, None)
-    row["oracle"] = replay("none", prompt, output, table).seconds / replay_oracle(prompt, output, table).seconds
+def speedups(table: CostTable, prompt: list[int], output: list[int], eog: bool) -> dict[str, float]:
+    row = {f"k={k}": speedup(table, prompt, output, eog, k) for k in FIXED_KS}
+    row["adaptive"] = speedup(table, prompt, output, eog, None)
+    plain = replay("none", prompt, output, table, eog=eog).seconds
+    row["oracle"] = plain / replay_oracle(prompt, output, table, eog=eog).seconds
     return row
 
 
@@ -106,7 +110,7 @@ def fit(table: CostTable, live: dict, prompts: list[BenchPrompt], outs: dict) ->
         for per_us in range(0, 201, 10):
             t = replace(table, overhead_base=base - per_us * 1e-6, overhead_draft=draft_us * 1e-6,
                         overhead_per_token=per_us * 1e-6)
-            err = sum((speedup(t, *outs[p], k) / lived - 1) ** 2 for k, p, lived in pairs)
+            err = sum((speedup(t, *outs[p], k=k) / lived - 1) ** 2 for k, p, lived in pairs)
             if best is None or err < best[0]:
                 best = (err, t)
     assert best is not None

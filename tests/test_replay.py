@@ -88,3 +88,34 @@ def test_sizes_never_seen_live_carry_the_excess_of_a_live_draft_step() -> None:
         c.observe(Draft([1, 2, 3], None, "ngram", "ngram/4+"), 3, 0.0, bare[4] + 0.003, [1, 2, 3, 4])
     assert c._verify(4) == pytest.approx(bare[4] + 0.003)
     assert c._verify(12) == pytest.approx(bare[12] + 0.003, rel=0.01)
+
+
+def test_records_that_cannot_be_replayed_are_named_not_fatal() -> None:
+    from localspec.bench.records import RunRecord
+    from localspec.bench.replay import replay_records
+
+    def run(drafter: str, anchor: bool = False) -> RunRecord:
+        return RunRecord("p", "grounded", drafter, 0, OUTPUT, "", len(OUTPUT), 1.0, 40.0, stop_reason="length",
+                         anchor=anchor)
+
+    records = [run("none"), run("ngram:k3"), run("auto"), run("draft"), run("anchor:create_completion", anchor=True)]
+    table = load_cost_table("h100")
+    priced, skipped = replay_records(records, {"p": PROMPT}, table, fixed_k=None, with_draft_model=True)
+    # anchors carry a ':' but are no variant; auto with a draft model would be replayed as n-gram alone
+    assert skipped == ["auto", "draft", "anchor:create_completion"]
+    assert [r.drafter for r in priced] == ["none", "oracle", "ngram:k3"]
+    _, kept = replay_records(records[:3], {"p": PROMPT}, table, fixed_k=None, with_draft_model=False)
+    assert kept == []
+
+
+def test_the_pass_that_ends_a_generation_is_priced() -> None:
+    flat = CostTable("flat", {1: 1.0, 2: 1.0, 17: 1.0})
+    assert replay("none", PROMPT, OUTPUT, flat, eog=True).passes == replay("none", PROMPT, OUTPUT, flat).passes + 1
+    assert replay("ngram", PROMPT, OUTPUT, flat, eog=True).tokens == len(OUTPUT)  # the end is no token of the text
+    assert replay_oracle(PROMPT, OUTPUT, flat, eog=True).passes == replay_oracle(PROMPT, OUTPUT, flat).passes + 1
+
+
+def test_the_oracle_copies_only_what_has_been_generated() -> None:
+    flat = CostTable("flat", {1: 1.0, 2: 1.0, 17: 1.0})
+    # after [5, 6] a run of 7s: each step can copy only the 7s already there, so the copies double in length
+    assert replay_oracle([5, 6], [7] * 20, flat).passes >= 4

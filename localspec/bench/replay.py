@@ -41,6 +41,7 @@ class CostTable:
 
     device: str
     seconds_by_batch: dict[int, float]
+    model: str = ""  # the GGUF file the passes were measured with ("" where the table does not say)
     overhead_base: float = 0.0  # seconds a live step adds to its bare pass ...
     overhead_draft: float = 0.0  # ... plus this when the pass verifies a draft ...
     overhead_per_token: float = 0.0  # ... plus this per token in the pass
@@ -100,7 +101,7 @@ def load_cost_table(spec: str | Path) -> CostTable:
         raise UserError(f"{path} is not a cost table: it needs positive seconds for n = 1 and at least one more size")
     overhead = data.get("step_overhead_seconds") or {}
     return CostTable(
-        device=str(data.get("device", path.stem)), seconds_by_batch=seconds,
+        device=str(data.get("device", path.stem)), seconds_by_batch=seconds, model=str(data.get("model", "")),
         overhead_base=float(overhead.get("base", 0.0)), overhead_draft=float(overhead.get("draft_step", 0.0)),
         overhead_per_token=float(overhead.get("per_token", 0.0)),
         source=path.name,
@@ -140,12 +141,15 @@ class _Clock:
         return self.now
 
 
+_EOG = -2  # what the known target answers after the last token of a generation that ended on end-of-generation
+
+
 class _KnownTarget:
     """A target whose greedy answers are known (the generation being replayed); each pass advances the clock by
     what the table says it costs. Prefill is free: a replay prices decoding only."""
 
-    def __init__(self, sequence: Sequence[int], table: CostTable, clock: _Clock) -> None:
-        self.sequence, self.table, self.clock = list(sequence), table, clock
+    def __init__(self, sequence: Sequence[int], table: CostTable, clock: _Clock, *, eog: bool) -> None:
+        self.sequence, self.table, self.clock = [*sequence, *([_EOG] if eog else [])], table, clock
         self.tokens: list[int] = []
         self.n_ctx = len(self.sequence) + 1
 
@@ -173,65 +177,72 @@ class _NoText:
         return b""
 
     def is_eog(self, token: int) -> bool:
-        return False
+        return token == _EOG
 
 
 def replay(
     drafter: str, prompt: Sequence[int], output: Sequence[int], table: CostTable, *, k: int | None = None,
-    k_max: int = 16,
+    k_max: int = 16, eog: bool = False,
 ) -> Replayed:
     """Generate ``output`` again through the speculation loop, with ``drafter`` and the policy (adaptive, or fixed
-    ``k``) calibrated on the table's bare passes, against a target that knows the answers and prices each pass."""
+    ``k``) calibrated on the table's bare passes, against a target that knows the answers and prices each pass.
+    ``eog``: the generation ended on end-of-generation, whose pass counts too."""
     drafters = lookup_drafters(drafter)
     if drafters is None:
         raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
     policy = DraftPolicy(k_max=k_max, fixed=k)
     policy.calibrate(table.calibration(k_max + 1))
     clock = _Clock()
-    target = _KnownTarget([*prompt, *output], table, clock)
+    target = _KnownTarget([*prompt, *output], table, clock, eog=eog)
     generator = Generator(target, _NoText(), drafters, SamplingSettings(), policy, clock)
-    finished = [e for e in generator.generate(prompt, GenerationSettings(max_tokens=len(output)))
+    budget = len(output) + (1 if eog else 0)
+    finished = [e for e in generator.generate(prompt, GenerationSettings(max_tokens=budget))
                 if isinstance(e, Finished)][-1]
     s = finished.stats
     return Replayed(s.generated_tokens, s.target_passes, s.decode_seconds, s.drafted, s.accepted)
 
 
-def replay_oracle(prompt: Sequence[int], output: Sequence[int], table: CostTable, k_max: int = 16) -> Replayed:
+def replay_oracle(
+    prompt: Sequence[int], output: Sequence[int], table: CostTable, k_max: int = 16, *, eog: bool = False
+) -> Replayed:
     """The ceiling for any lookup drafter: each step copies from the earlier occurrence that continues correctly the
-    longest (at most ``k_max`` tokens) and drafts exactly that many."""
+    longest (at most ``k_max`` tokens, never past what has been generated) and drafts exactly that many."""
     seq, start = [*prompt, *output], len(prompt)
     pos, seconds, passes, accepted = 0, 0.0, 0, 0
     while pos < len(output):
         here, best = start + pos, 0
         for j in range(here):
             n = 0
-            while n < k_max and here + n < len(seq) and seq[j + n] == seq[here + n]:
+            while n < k_max and j + n < here and here + n < len(seq) and seq[j + n] == seq[here + n]:
                 n += 1
             best = max(best, n)
         k = min(best, len(output) - pos - 1)
         seconds, passes, accepted = seconds + table.step(k + 1), passes + 1, accepted + k
         pos += k + 1
+    if eog:  # the pass that produced end-of-generation
+        seconds, passes = seconds + table.step(1), passes + 1
     return Replayed(len(output), passes, seconds, accepted, accepted)
 
 
 def replay_records(
     records: Sequence[RunRecord], prompts: Mapping[str, Sequence[int]], table: CostTable, *, fixed_k: int | None,
-    k_max: int = 16,
+    with_draft_model: bool, k_max: int = 16,
 ) -> tuple[list[RunRecord], list[str]]:
     """Every run priced on ``table`` (its tokens drafted again by the same drafter and policy), plus an ``oracle``
-    run per baseline; and the drafters that could not be replayed."""
+    run per baseline; and the entries that could not be replayed (anchors, and drafters that need a model: ``auto``
+    too when it had a draft model to fall back on)."""
     out: list[RunRecord] = []
     skipped: list[str] = []
     for r in records:
-        name, k = split_variant(r.drafter)
-        if r.anchor or name not in REPLAYABLE or r.prompt_id not in prompts:
+        name, k = (r.drafter, None) if r.anchor else split_variant(r.drafter)
+        if r.anchor or name not in REPLAYABLE or (name == "auto" and with_draft_model) or r.prompt_id not in prompts:
             skipped.append(r.drafter)
             continue
-        prompt = prompts[r.prompt_id]
-        got = replay(name, prompt, r.tokens, table, k=fixed_k if k is None else k, k_max=k_max)
+        prompt, eog = prompts[r.prompt_id], r.stop_reason == "eog"
+        got = replay(name, prompt, r.tokens, table, k=fixed_k if k is None else k, k_max=k_max, eog=eog)
         out.append(_priced(r, got, drafted=name != BASELINE))
         if name == BASELINE:
-            oracle = replay_oracle(prompt, r.tokens, table, k_max)
+            oracle = replay_oracle(prompt, r.tokens, table, k_max, eog=eog)
             out.append(_priced(replace(r, drafter=ORACLE, compared=False, divergence=None), oracle, drafted=True))
     return out, list(dict.fromkeys(skipped))
 

@@ -19,11 +19,12 @@ from localspec.bench.records import RunRecord
 from localspec.bench.suite import BenchPrompt, Suite
 from localspec.errors import UserError
 from localspec.events import Finished, Step
-from localspec.settings import DRAFTERS, GenerationSettings
+from localspec.settings import DRAFTERS, GenerationSettings, SpeculationSettings
 
 if TYPE_CHECKING:
     from localspec.runtime import Runtime
 
+K_MAX = SpeculationSettings().k_max  # the longest draft a pass verifies
 WARMUP_TOKENS = 8  # per drafter, before anything is timed: opens drafters, faults in weights, sizes buffers
 
 
@@ -50,8 +51,9 @@ def split_variant(name: str) -> tuple[str, int | None]:
     drafter, _, variant = name.partition(":")
     if not variant:
         return drafter, None
-    if not (variant.startswith("k") and variant[1:].isdigit() and int(variant[1:]) <= 64):
-        raise UserError(f"bad drafter variant {name!r} in --drafters: write NAME:kN with N from 0 to 64, e.g. ngram:k7")
+    if not (variant.startswith("k") and variant[1:].isdigit() and int(variant[1:]) <= K_MAX):
+        raise UserError(f"bad drafter variant {name!r} in --drafters: write NAME:kN with N from 0 to {K_MAX}, "
+                        "e.g. ngram:k7")
     return drafter, int(variant[1:])
 
 

@@ -89,7 +89,7 @@ def bench(
             raise UserError(f"--repeat must be at least 1, got {repeat}")
         if max_tokens is not None and max_tokens < 1:
             raise UserError(f"--max-tokens must be a positive number, got {max_tokens}")
-        draft, k = options.speculation.draft_model, options.speculation.k
+        draft = options.speculation.draft_model
         spec = drafters if drafters is not None else DEFAULT_DRAFTERS + (",draft" if draft else "")
         if drafters is None and options.speculation.drafter not in spec.split(","):
             spec += f",{options.speculation.drafter}"  # a profile's own drafter, beside the default comparison
@@ -138,7 +138,10 @@ def bench(
             report = rep.build_report(outcome.records, drafters=names, **common)
             replayed = None
             if table is not None:
-                replayed = _replay(outcome.records, runner, table, names, k, common)
+                try:
+                    replayed = _replay(outcome.records, runner, table, names, options, common)
+                except UserError as exc:  # the measured report must survive a replay that cannot be made
+                    _note(f"localspec: no replay: {exc}")
 
         _print_report(report, replayed, as_json, err)
         if out is not None:
@@ -181,17 +184,23 @@ def _run_with_progress(runner: Bench, jobs: list[Job], err: Console) -> Outcome:
     return outcome
 
 
-def _replay(records: list, runner: Bench, table: CostTable, names: list[str], k: int | None,
+def _replay(records: list, runner: Bench, table: CostTable, names: list[str], options: Settings,
             common: dict) -> Report:
-    """The same runs priced on ``table``; the drafters that need a model to draft are left out, with a note."""
+    """The same runs priced on ``table``; anchors and the drafters that need a model to draft are left out, with
+    a note."""
     from localspec.bench import report as rep
     from localspec.bench.replay import ORACLE, replay_records
 
+    measured_with, ours = table.model, runner.rt.model.path.name
+    if measured_with and measured_with != ours:
+        _note(f"localspec: warning: {table.source} was measured with {measured_with}, this run's model is {ours}: "
+              "the replay prices these outputs on that model's pass costs")
     prompts = {p.id: runner.prompt_tokens(p) for p in runner.suite.prompts}
-    priced, skipped = replay_records(records, prompts, table, fixed_k=k)
+    priced, skipped = replay_records(records, prompts, table, fixed_k=options.speculation.k,
+                                     with_draft_model=options.speculation.draft_model is not None)
     if skipped:
-        _note(f"localspec: not replayed (they draft with a model, whose cost on {table.device} the table does not "
-              f"hold): {', '.join(skipped)}")
+        _note(f"localspec: not replayed: {', '.join(skipped)} (anchors, and drafters that draft with a model, "
+              f"whose cost on {table.device} the table does not hold)")
     drafters = [n for n in names if n not in skipped] + [ORACLE]
     return rep.build_report(priced, drafters=drafters, replayed_on=f"{table.device} ({table.source})", **common)
 

@@ -265,8 +265,10 @@ class DraftPolicy:
         self._verify.update(drafted + 1, verify_seconds)
         if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice
             self._survival_of(draft.kind).update(accepted, drafted)
+        self._trimmed = None
         self._watched = [w for w in self._watched if not w.advance(emitted)]
-        if drafted:
+        # a lookup costs about the same whatever its length (tens of µs): only a model drafter pays per token
+        if drafted and drafter in self._drafter_calibration:
             per_token = draft_seconds / drafted
             old = self._draft_cost.get(drafter)
             self._draft_cost[drafter] = per_token if old is None else _DECAY * old + (1 - _DECAY) * per_token
