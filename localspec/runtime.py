@@ -150,7 +150,7 @@ def _open_drafters(
     cancelled: Callable[[], bool] | None = None,
 ) -> list[Drafter]:
     """The drafters for ``--drafter kind``; ``auto`` is a cascade: n-gram lookup, then the draft model if any."""
-    if kind not in ("auto", "draft", "early-exit") or (kind == "auto" and not speculation.draft_model):
+    if not (kind in ("draft", "early-exit") or (kind == "auto" and speculation.draft_model)):
         drafters = lookup_drafters(kind)
         if drafters is None:
             raise UserError(f"unknown drafter {kind!r}")

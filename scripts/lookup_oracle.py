@@ -50,7 +50,8 @@ def notes_costs() -> dict[int, float]:
 
 def replay_ngram(prompt: list[int], gen: list[int], cost: dict[int, float]) -> float:
     table = CostTable("", cost)
-    return replay("none", prompt, gen, table).seconds / replay("ngram", prompt, gen, table, k_max=K_MAX).seconds
+    plain = replay("none", prompt, gen, table).decode_seconds
+    return plain / replay("ngram", prompt, gen, table, k_max=K_MAX).decode_seconds
 
 
 def replay_llama_lookup(prompt: list[int], gen: list[int], cost: dict[int, float], n_draft: int = 8) -> float:
@@ -97,7 +98,7 @@ def replay_llama_lookup(prompt: list[int], gen: list[int], cost: dict[int, float
 
 def replay_oracle(prompt: list[int], gen: list[int], cost: dict[int, float]) -> float:
     table = CostTable("", cost)
-    return replay("none", prompt, gen, table).seconds / oracle(prompt, gen, table, K_MAX).seconds
+    return replay("none", prompt, gen, table).decode_seconds / oracle(prompt, gen, table, K_MAX).decode_seconds
 
 
 def main() -> None:

@@ -57,15 +57,15 @@ def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int],
 
 def speedup(table: CostTable, prompt: list[int], output: list[int], eog: bool, k: int | None) -> float:
     """n-gram drafting with fixed k (None: adaptive) over target-only, both priced on ``table``."""
-    plain = replay("none", prompt, output, table, eog=eog).seconds
-    return plain / replay("ngram", prompt, output, table, k=k, eog=eog).seconds
+    plain = replay("none", prompt, output, table, eog=eog).decode_seconds
+    return plain / replay("ngram", prompt, output, table, k=k, eog=eog).decode_seconds
 
 
 def speedups(table: CostTable, prompt: list[int], output: list[int], eog: bool) -> dict[str, float]:
     row = {f"k={k}": speedup(table, prompt, output, eog, k) for k in FIXED_KS}
     row["adaptive"] = speedup(table, prompt, output, eog, None)
-    plain = replay("none", prompt, output, table, eog=eog).seconds
-    row["oracle"] = plain / replay_oracle(prompt, output, table, eog=eog).seconds
+    plain = replay("none", prompt, output, table, eog=eog).decode_seconds
+    row["oracle"] = plain / replay_oracle(prompt, output, table, eog=eog).decode_seconds
     return row
 
 

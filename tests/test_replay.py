@@ -53,16 +53,17 @@ def test_bad_tables_say_what_is_wrong(tmp_path: Path, text: str, message: str) -
 def test_replay_prices_passes_on_the_table() -> None:
     flat = CostTable("flat", {1: 1.0, 2: 1.0, 17: 1.0})  # every pass costs the same: drafting is free
     plain = replay("none", PROMPT, OUTPUT, flat)
-    assert (plain.passes, plain.seconds) == (40, 40.0)
+    assert (plain.target_passes, plain.decode_seconds) == (40, 40.0)
     fixed = replay("ngram", PROMPT, OUTPUT, flat, k=4)
-    assert fixed.drafted <= 4 * fixed.passes and fixed.passes == fixed.seconds
-    assert fixed.accepted == fixed.tokens - fixed.passes  # every pass emits its accepted draft + one token
+    assert fixed.drafted <= 4 * fixed.target_passes and fixed.target_passes == fixed.decode_seconds
+    # every pass emits its accepted draft + one token
+    assert fixed.accepted == fixed.generated_tokens - fixed.target_passes
     adaptive = replay("ngram", PROMPT, OUTPUT, flat)
-    assert adaptive.passes < fixed.passes < plain.passes
+    assert adaptive.target_passes < fixed.target_passes < plain.target_passes
     oracle = replay_oracle(PROMPT, OUTPUT, flat)
-    assert oracle.passes <= adaptive.passes and oracle.acceptance_rate == 1.0
+    assert oracle.target_passes <= adaptive.target_passes and oracle.acceptance_rate == 1.0
     linear = CostTable("linear", {1: 1.0, 2: 2.0})  # a pass of n costs n singles: drafting can only lose
-    assert replay("ngram", PROMPT, OUTPUT, linear).seconds <= plain.seconds * 1.05
+    assert replay("ngram", PROMPT, OUTPUT, linear).decode_seconds <= plain.decode_seconds * 1.05
 
 
 def test_model_drafters_cannot_be_replayed() -> None:
@@ -110,12 +111,14 @@ def test_records_that_cannot_be_replayed_are_named_not_fatal() -> None:
 
 def test_the_pass_that_ends_a_generation_is_priced() -> None:
     flat = CostTable("flat", {1: 1.0, 2: 1.0, 17: 1.0})
-    assert replay("none", PROMPT, OUTPUT, flat, eog=True).passes == replay("none", PROMPT, OUTPUT, flat).passes + 1
-    assert replay("ngram", PROMPT, OUTPUT, flat, eog=True).tokens == len(OUTPUT)  # the end is no token of the text
-    assert replay_oracle(PROMPT, OUTPUT, flat, eog=True).passes == replay_oracle(PROMPT, OUTPUT, flat).passes + 1
+    ended, cut = replay("none", PROMPT, OUTPUT, flat, eog=True), replay("none", PROMPT, OUTPUT, flat)
+    assert ended.target_passes == cut.target_passes + 1
+    assert replay("ngram", PROMPT, OUTPUT, flat, eog=True).generated_tokens == len(OUTPUT)  # the end is no token
+    ended, cut = replay_oracle(PROMPT, OUTPUT, flat, eog=True), replay_oracle(PROMPT, OUTPUT, flat)
+    assert ended.target_passes == cut.target_passes + 1
 
 
 def test_the_oracle_copies_only_what_has_been_generated() -> None:
     flat = CostTable("flat", {1: 1.0, 2: 1.0, 17: 1.0})
     # after [5, 6] a run of 7s: each step can copy only the 7s already there, so the copies double in length
-    assert replay_oracle([5, 6], [7] * 20, flat).passes >= 4
+    assert replay_oracle([5, 6], [7] * 20, flat).target_passes >= 4

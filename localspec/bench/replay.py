@@ -25,7 +25,7 @@ from localspec.bench.compare import BASELINE
 from localspec.bench.records import RunRecord
 from localspec.bench.runner import split_variant
 from localspec.errors import UserError
-from localspec.events import Finished
+from localspec.events import Finished, Stats
 from localspec.runtime import lookup_drafters
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.loop import Generator
@@ -108,29 +108,6 @@ def load_cost_table(spec: str | Path) -> CostTable:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """One generation priced on a table."""
-
-    tokens: int
-    passes: int
-    seconds: float
-    drafted: int = 0
-    accepted: int = 0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return self.tokens / self.passes if self.passes else 0.0
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-
 class _Clock:
     """The time a replay has priced so far; the loop reads it as it would read the wall clock."""
 
@@ -183,7 +160,7 @@ class _NoText:
 def replay(
     drafter: str, prompt: Sequence[int], output: Sequence[int], table: CostTable, *, k: int | None = None,
     k_max: int = 16, eog: bool = False,
-) -> Replayed:
+) -> Stats:
     """Generate ``output`` again through the speculation loop, with ``drafter`` and the policy (adaptive, or fixed
     ``k``) calibrated on the table's bare passes, against a target that knows the answers and prices each pass.
     ``eog``: the generation ended on end-of-generation, whose pass counts too."""
@@ -198,13 +175,12 @@ def replay(
     budget = len(output) + (1 if eog else 0)
     finished = [e for e in generator.generate(prompt, GenerationSettings(max_tokens=budget))
                 if isinstance(e, Finished)][-1]
-    s = finished.stats
-    return Replayed(s.generated_tokens, s.target_passes, s.decode_seconds, s.drafted, s.accepted)
+    return finished.stats
 
 
 def replay_oracle(
     prompt: Sequence[int], output: Sequence[int], table: CostTable, k_max: int = 16, *, eog: bool = False
-) -> Replayed:
+) -> Stats:
     """The ceiling for any lookup drafter: each step copies from the earlier occurrence that continues correctly the
     longest (at most ``k_max`` tokens, never past what has been generated) and drafts exactly that many."""
     seq, start = [*prompt, *output], len(prompt)
@@ -221,7 +197,8 @@ def replay_oracle(
         pos += k + 1
     if eog:  # the pass that produced end-of-generation
         seconds, passes = seconds + table.step(1), passes + 1
-    return Replayed(len(output), passes, seconds, accepted, accepted)
+    return Stats(generated_tokens=len(output), decode_seconds=seconds, target_passes=passes, drafted=accepted,
+                 accepted=accepted)
 
 
 def replay_records(
@@ -247,9 +224,10 @@ def replay_records(
     return out, list(dict.fromkeys(skipped))
 
 
-def _priced(r: RunRecord, got: Replayed, *, drafted: bool) -> RunRecord:
+def _priced(r: RunRecord, got: Stats, *, drafted: bool) -> RunRecord:
+    """``r`` with the timing and acceptance of its replay (the same fields a live run reports)."""
     return replace(
-        r, decode_seconds=got.seconds, tokens_per_second=got.tokens_per_second,
+        r, decode_seconds=got.decode_seconds, tokens_per_second=got.tokens_per_second,
         acceptance_rate=got.acceptance_rate if drafted else None,
-        mean_accepted_length=got.tokens_per_pass if drafted else None,
+        mean_accepted_length=got.mean_accepted_length if drafted else None,
     )
