@@ -35,7 +35,9 @@ class Step:
     """One target pass: verified draft tokens, rejected ones, and the token the target produced itself.
 
     ``target`` is None when generation ended inside the accepted draft (end-of-generation, stop string,
-    token limit).
+    token limit). A pass that verified a token tree (``branches`` > 1) took ``accepted`` from the branch that won;
+    ``rejected`` is the rest of that branch, ``rejected_branches`` the other branches' own tokens. ``k``: the draft
+    tokens the pass verified (a tree's nodes).
     """
 
     accepted: tuple[Token, ...]
@@ -45,6 +47,8 @@ class Step:
     k: int
     draft_seconds: float
     verify_seconds: float
+    rejected_branches: tuple[tuple[Token, ...], ...] = ()
+    branches: int = 1
 
     @property
     def emitted(self) -> tuple[Token, ...]:
@@ -64,8 +68,10 @@ class Stats:
     accepted: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    # accepted_by_position[i] = [accepted, drafted] for draft position i (0-based)
+    # accepted_by_position[i] = [accepted, drafted] for draft position i (0-based; a tree's: of the winning branch)
     accepted_by_position: list[list[int]] = field(default_factory=list)
+    tree_passes: int = 0  # passes that verified a token tree (more than one branch)
+    branches: int = 0  # branches those passes verified
     stop_reason: str = ""
 
     @property
@@ -84,8 +90,11 @@ class Stats:
     def add_step(self, step: Step) -> None:
         self.target_passes += 1
         self.generated_tokens += len(step.emitted)
-        self.drafted += len(step.accepted) + len(step.rejected)
+        self.drafted += len(step.accepted) + len(step.rejected) + sum(len(run) for run in step.rejected_branches)
         self.accepted += len(step.accepted)
+        if step.branches > 1:
+            self.tree_passes += 1
+            self.branches += step.branches
         self.draft_seconds += step.draft_seconds
         self.verify_seconds += step.verify_seconds
         n_drafted = len(step.accepted) + len(step.rejected)

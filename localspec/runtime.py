@@ -68,13 +68,16 @@ class Runtime:
             )
             # greedy: verify through llama.cpp's backend sampler (token ids, no logits copied) where it has one
             greedy_rows = speculation.k_max + 1 if sampling.greedy else 0
+            # trees need a sequence per branch; the context is made for them even while the drafter needs none, so
+            # the chat can switch drafters without a new context
             ctx = stack.enter_context(Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(),
-                                              n_batch=runtime.n_batch, greedy_rows=greedy_rows))
+                                              n_batch=runtime.n_batch, greedy_rows=greedy_rows,
+                                              n_seq=speculation.branches))
             if ctx.n_ctx != runtime.n_ctx:
                 why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
                        else "llama.cpp sizes contexts in steps of 256")
                 notices.append(f"--ctx {runtime.n_ctx} is {ctx.n_ctx} tokens here ({why})")
-            policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k)
+            policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, branches=speculation.branches)
             drafter_name = speculation.drafter
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")

@@ -75,9 +75,14 @@ class RuntimeSettings:
             raise UserError(f"--gpu-layers must be -1 (all), 0 (CPU) or a count, got {self.n_gpu_layers}")
 
 
+BRANCHES_DEFAULT = 4
+BRANCHES_MAX = 8
+
+
 @dataclass(frozen=True, slots=True)
 class SpeculationSettings:
-    """Which drafter proposes tokens and how many. k None: adaptive."""
+    """Which drafter proposes tokens and how many. k None: adaptive. ``branches``: the most candidates a lookup
+    offers, verified together as a token tree (the policy picks how many pay; 1: always one chain)."""
 
     drafter: str = "auto"
     draft_model: str | None = None
@@ -85,8 +90,11 @@ class SpeculationSettings:
     k_max: int = 16
     exit_layer: int | None = None
     p_min: float = 0.0
+    branches: int = BRANCHES_DEFAULT  # the most candidates verified together as a token tree (1: one chain)
 
     def validate(self) -> None:
+        if not (1 <= self.branches <= BRANCHES_MAX):
+            raise UserError(f"--branches must be between 1 (one chain) and {BRANCHES_MAX}, got {self.branches}")
         if self.drafter not in DRAFTERS:
             raise UserError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(DRAFTERS)}")
         if self.k is not None and not (0 <= self.k <= self.k_max):

@@ -48,6 +48,8 @@ class ToyContext:
         self.tokens: list[int] = []
         self.passes = 0
         self.logit_passes = 0  # passes that returned logits (decode), not only token ids
+        self.tree_passes = 0
+        self._tree: tuple[list[int], list[int]] | None = None
 
     def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         self.logit_passes += 1
@@ -59,6 +61,31 @@ class ToyContext:
 
     def feed(self, tokens: Sequence[int]) -> None:
         self._pass(tokens)
+
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        self.logit_passes += 1
+        return self._tree_pass(tokens, parents)
+
+    def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
+        return [int(row.argmax()) for row in self._tree_pass(tokens, parents)]
+
+    def _tree_pass(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Each row sees its own ancestors only: its parent's token, or the cache's last for the root."""
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise RuntimeError("toy context full")
+        assert parents[0] == -1 and all(0 <= parents[i] < i for i in range(1, len(tokens))), parents
+        self.passes += 1
+        self.tree_passes += 1
+        self._tree = (list(tokens), list(parents))
+        last = self.tokens[-1] if self.tokens else EOS
+        return np.stack([self.m.row(tokens[parents[i]] if i else last, int(t)) for i, t in enumerate(tokens)])
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        assert self._tree is not None, "keep_path without a tree pass"
+        tokens, parents = self._tree
+        self._tree = None
+        assert rows[0] == 0 and all(parents[b] == a for a, b in zip(rows, rows[1:])), f"not a path: {rows}"
+        self.tokens.extend(tokens[r] for r in rows)
 
     def _pass(self, tokens: Sequence[int]) -> np.ndarray:
         if len(self.tokens) + len(tokens) > self.n_ctx:

@@ -129,6 +129,7 @@ class _KnownTarget:
         self.sequence, self.table, self.clock = [*sequence, *([_EOG] if eog else [])], table, clock
         self.tokens: list[int] = []
         self.n_ctx = len(self.sequence) + 1
+        self._tree: list[int] = []
 
     def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
         start = len(self.tokens)
@@ -137,8 +138,27 @@ class _KnownTarget:
         # what the target emits after each position; past the end of the replayed text, nothing matches
         return [self.sequence[i + 1] if i + 1 < len(self.sequence) else -1 for i in range(start, len(self.tokens))]
 
+    def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
+        """A tree pass costs a pass over all its nodes; only rows on the replayed text's path get its answer."""
+        start = len(self.tokens)
+        self.clock.now += self.table.step(len(tokens))
+        self._tree = list(tokens)
+        depth, on_path, out = [0] * len(tokens), [False] * len(tokens), []
+        for i, token in enumerate(tokens):
+            if i:
+                depth[i] = depth[parents[i]] + 1
+            here = start + depth[i]
+            on_path[i] = (i == 0 or on_path[parents[i]]) and here < len(self.sequence) and self.sequence[here] == token
+            out.append(self.sequence[here + 1] if on_path[i] and here + 1 < len(self.sequence) else -1)
+        return out
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        self.tokens += [self._tree[r] for r in rows]
+
     def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         raise NotImplementedError("replays are greedy: a sampled run's tokens depend on its drafts")
+
+    decode_tree = decode
 
     def feed(self, tokens: Sequence[int]) -> None:
         self.tokens += tokens
@@ -159,15 +179,16 @@ class _NoText:
 
 def replay(
     drafter: str, prompt: Sequence[int], output: Sequence[int], table: CostTable, *, k: int | None = None,
-    k_max: int = 16, eog: bool = False,
+    k_max: int = 16, eog: bool = False, branches: int = 1,
 ) -> Stats:
     """Generate ``output`` again through the speculation loop, with ``drafter`` and the policy (adaptive, or fixed
-    ``k``) calibrated on the table's bare passes, against a target that knows the answers and prices each pass.
-    ``eog``: the generation ended on end-of-generation, whose pass counts too."""
+    ``k``; token trees of up to ``branches`` candidates) calibrated on the table's bare passes, against a target
+    that knows the answers and prices each pass. ``eog``: the generation ended on end-of-generation, whose pass
+    counts too."""
     drafters = lookup_drafters(drafter)
     if drafters is None:
         raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
-    policy = DraftPolicy(k_max=k_max, fixed=k)
+    policy = DraftPolicy(k_max=k_max, fixed=k, branches=branches)
     policy.calibrate(table.calibration(k_max + 1))
     clock = _Clock()
     target = _KnownTarget([*prompt, *output], table, clock, eog=eog)

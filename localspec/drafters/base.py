@@ -22,15 +22,24 @@ class Draft:
     dists: list[Distribution] | None = None
     drafter: str = ""
     kind: str = ""  # what the proposal rests on (e.g. "ngram/3": a 3-token match); acceptance is learned per kind
+    # further candidate continuations, best first (a lookup's other matches; one-hot, never with dists): the loop
+    # verifies them together with ``tokens`` as a token tree, in the same pass
+    others: tuple[list[int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def trimmed(self, k: int) -> Draft:
-        if k >= len(self.tokens):
+    @property
+    def candidates(self) -> list[list[int]]:
+        return [self.tokens, *self.others] if self.tokens else []
+
+    def trimmed(self, k: int, width: int = 1) -> Draft:
+        """The first ``width`` candidates, each cut to ``k`` tokens."""
+        if k >= len(self.tokens) and width > len(self.others):
             return self
         dists = self.dists[:k] if self.dists is not None else None
-        return replace(self, tokens=self.tokens[:k], dists=dists)
+        others = tuple(c[:k] for c in self.others[: width - 1])
+        return replace(self, tokens=self.tokens[:k], dists=dists, others=others)
 
 
 class Drafter(Protocol):
@@ -42,11 +51,13 @@ class Drafter(Protocol):
     def begin(self, history: Sequence[int]) -> None:
         """A new generation starts from ``history`` (which may share a prefix with the previous one)."""
 
-    def propose(self, history: Sequence[int], cap: int) -> Draft:
-        """Up to ``cap`` tokens likely to follow ``history`` (a model drafter may stop early, never go past)."""
+    def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
+        """Up to ``cap`` tokens likely to follow ``history`` (a model drafter may stop early, never go past); a
+        lookup may add up to ``width`` - 1 other candidates (``Draft.others``), a model drafter ignores ``width``."""
 
-    def accept(self, history: Sequence[int], n_accepted: int) -> None:
-        """The step kept ``n_accepted`` draft tokens; ``history`` is the accepted history after the step."""
+    def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
+        """The step kept ``n_accepted`` draft tokens; ``history`` is the accepted history after the step;
+        ``verified``: how many candidates the pass verified (a tree's branches)."""
 
     def close(self) -> None:
         """Free what the drafter holds (model contexts)."""

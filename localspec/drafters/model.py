@@ -48,7 +48,7 @@ class ModelDrafter:
             ctx.truncate(min(common_prefix(ctx.tokens, history), len(history) - 1))
         return ctx.decode(history[len(ctx.tokens) :])[-1]
 
-    def propose(self, history: Sequence[int], cap: int) -> Draft:
+    def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
         if cap <= 0:
             return Draft(drafter=self.name, kind=self.name)
         row = self._catch_up(history)
@@ -71,7 +71,7 @@ class ModelDrafter:
             row = self._ctx.decode([token])[-1]
         return Draft(tokens, dists, self.name, self.name)
 
-    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+    def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         # The context holds the old history plus some drafted tokens; of those, the accepted ones agree with the
         # new history up to (but excluding) its last token, the target's own. Drop the rest now.
         self._ctx.truncate(min(len(self._ctx.tokens), len(history) - 1))

@@ -1,14 +1,16 @@
 """Prompt-lookup drafting: continue the text the way it continued the last time its suffix appeared.
 
-The index maps every n-gram (n = 1..max_n) of the history to the position right after its most recent
-occurrence; it grows by max_n dictionary writes per accepted token, so a step costs the same on a 32k-token
-context as on a short one. Two refinements over plain lookup:
+The index maps every n-gram (n = 1..max_n) of the history to the positions right after its most recent
+occurrences (a few); it grows by max_n dictionary writes per accepted token, so a step costs the same on a
+32k-token context as on a short one. Three refinements over plain lookup:
 
 - **follow**: once a draft copied from some place was accepted in full (bonus token included), keep copying
   from that same place rather than re-looking the suffix up: when the model is reproducing a passage, the most
   recent occurrence of a short suffix is often somewhere else (its own output), while the passage goes on.
 - **kinds**: the draft says what it is based on ("ngram/follow", "ngram/3", ...) so the draft-length policy learns
   separately how far each kind of match deserves to be trusted.
+- **candidates**: asked for a width above 1, it adds other continuations (earlier occurrences of the longest
+  match, most recent first, then of shorter ones), which the loop can verify together as a token tree.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from localspec.drafters.base import Draft
+
+_RECENT = 4  # occurrences kept per n-gram: the sources of a tree's other candidates
 
 
 class NgramDrafter:
@@ -26,15 +30,17 @@ class NgramDrafter:
         self.max_n = max_n
         self.min_n = min_n
         self._tokens: list[int] = []
-        self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_n + 1)]
-        self._source: int | None = None  # where the last draft was copied from
+        # n -> n-gram -> the positions that followed its most recent occurrences, oldest first
+        self._index: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n + 1)]
+        self._sources: list[int] = []  # where the last draft's candidates were copied from
         self._follow: int | None = None  # where to keep copying from, after a fully accepted draft
 
     def begin(self, history: Sequence[int]) -> None:
         if not self._extends(history):
             self._tokens = []
             self._index = [{} for _ in range(self.max_n + 1)]
-        self._follow = self._source = None
+        self._follow = None
+        self._sources = []
         self._extend(history)
 
     def _extends(self, history: Sequence[int]) -> bool:
@@ -51,45 +57,68 @@ class NgramDrafter:
             tokens.append(history[j])
             # register the n-grams that end just before j: their continuation starts at j
             for n in range(1, min(self.max_n, j) + 1):
-                self._index[n][tuple(tokens[j - n : j])] = j
+                gram = tuple(tokens[j - n : j])
+                seen = self._index[n].get(gram)
+                if seen is None:
+                    self._index[n][gram] = [j]
+                else:
+                    seen.append(j)
+                    if len(seen) > _RECENT:
+                        del seen[0]
 
-    def _lookup(self) -> tuple[int, int] | None:
+    def _matches(self, want: int) -> list[tuple[int, int]]:
+        """(start, n) of the earlier occurrences of the history's suffix, longest match first, most recent first;
+        the search stops at the n where it has ``want`` of them."""
         tokens = self._tokens
+        out: list[tuple[int, int]] = []
         for n in range(min(self.max_n, len(tokens)), self.min_n - 1, -1):
-            start = self._index[n].get(tuple(tokens[-n:]))
-            if start is not None:
-                return start, n
-        return None
+            starts = self._index[n].get(tuple(tokens[-n:]))
+            if starts is not None:
+                out.extend((start, n) for start in reversed(starts))
+                if len(out) >= want:
+                    break
+        return out
 
-    def propose(self, history: Sequence[int], cap: int) -> Draft:
+    def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
         self._extend(history)
         tokens = self._tokens
-        self._source = None
+        self._sources = []
         if cap <= 0:
             return Draft(drafter=self.name)
+        sources: list[tuple[int, str]] = []
         if self._follow is not None and self._follow < len(tokens):
-            start, kind = self._follow, f"{self.name}/follow"
-        else:
-            found = self._lookup()
-            if found is None:
-                return Draft(drafter=self.name)
-            start, n = found
-            kind = f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}"
-        draft = tokens[start : start + cap]
-        self._source = start
-        return Draft(draft, None, self.name, kind)
+            sources.append((self._follow, f"{self.name}/follow"))
+        if not sources or width > 1:
+            sources += [(start, f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}")
+                        for start, n in self._matches(1 if width == 1 else 2 * width)]
+        candidates: list[list[int]] = []
+        for start, kind in sources:
+            candidate = tokens[start : start + cap]
+            # a candidate the tree already holds (the same tokens, or a prefix of them) adds nothing
+            if any(c[: len(candidate)] == candidate for c in candidates):
+                continue
+            if not candidates:
+                first_kind = kind
+            candidates.append(candidate)
+            self._sources.append(start)
+            if len(candidates) == width:
+                break
+        if not candidates:
+            return Draft(drafter=self.name)
+        return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]))
 
-    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+    def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         self._extend(history)
-        source, self._follow = self._source, None
-        if source is None:
-            return
-        # the step's tokens (accepted draft, then the target's own) all continue the source: keep following it.
-        # Compare them all: under `auto` the accepted tokens may have come from another drafter.
+        self._follow = None
+        # the step's tokens (accepted draft, then the target's own) all continue a source: keep following it.
+        # Compare them all: under `auto` the accepted tokens may have come from another drafter, and with a tree
+        # from any of the ``verified`` candidates (not from one the policy trimmed off: unverified, it says little)
         n = n_accepted + 1
-        nxt = source + n
-        if nxt < len(self._tokens) and self._tokens[source:nxt] == self._tokens[-n:]:
-            self._follow = nxt
+        for source in self._sources[:verified]:
+            nxt = source + n
+            if nxt < len(self._tokens) and self._tokens[source:nxt] == self._tokens[-n:]:
+                self._follow = nxt
+                break
 
     def close(self) -> None:
         self._tokens = []

@@ -13,6 +13,11 @@ so a greedy loop never switches (it feeds prompts and verifies with ``decode_arg
 near-tie check, sampling with temperature) pays once per switch. ``greedy_rows`` also caps every pass's outputs
 (llama.cpp otherwise reserves compute memory for n_batch rows of logits, and with a sampler a padded copy too).
 
+Token trees (``n_seq`` > 1): ``decode_tree`` scores a tree's nodes in one pass. Each root-to-leaf branch is a
+llama.cpp sequence in a unified KV cache: the cached history is shared with every branch (``seq_cp``), and a node
+carries the seq ids of every branch through it, so llama.cpp's mask lets it attend to its ancestors only.
+``keep_path`` then keeps one path and hands it back to sequence 0 (``seq_rm`` / ``seq_keep`` / ``seq_cp``).
+
 Ties: numpy's argmax takes the first of equal maxima, ggml's CPU argmax the last, its CUDA argmax the one its
 parallel reduction keeps. Exact float ties at the top are rare; where one occurs both paths give a maximal token.
 """
@@ -35,46 +40,55 @@ class Context:
     """A ``llama_context*`` for sequence 0, with a reusable batch whose arrays are numpy views."""
 
     def __init__(
-        self, model: Model, *, n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 512, greedy_rows: int = 0
+        self, model: Model, *, n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 512, greedy_rows: int = 0,
+        n_seq: int = 1,
     ) -> None:
         """``greedy_rows`` > 0: the most positions one pass scores, logits or argmax (a verifier's k_max + 1), and
         ``decode_argmax`` served by llama.cpp's backend greedy sampler where this build has one; 0: up to n_batch
-        positions, and ``decode_argmax`` takes numpy's argmax of the logits."""
+        positions, and ``decode_argmax`` takes numpy's argmax of the logits. ``n_seq``: the most branches a token
+        tree may have (1: no trees)."""
         self.model = model
         n_ctx = min(n_ctx, model.n_ctx_train) if model.n_ctx_train > 0 else n_ctx
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = n_batch
-        params.n_seq_max = 1
+        params.n_seq_max = n_seq
+        # one cache shared by all sequences: a tree's branches share the history's cells instead of copying them
+        params.kv_unified = n_seq > 1
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
         # Sliding-window models (Gemma 3) can drop a suffix of positions only with a full-size SWA cache.
         params.swa_full = True
-        # The chain must outlive the context: llama.cpp keeps the pointer, not a copy.
-        self._chain: llama_cpp.llama_sampler_p | None = None
+        # The chains must outlive the context: llama.cpp keeps the pointers, not copies. One per sequence: a tree
+        # pass samples each row with its first sequence's chain (and copies raw logits if one lacks a chain).
+        self.n_seq = n_seq
+        self._chains: list[llama_cpp.llama_sampler_p] = []
         if greedy_rows > 0:
             # llama.cpp sizes its compute buffer for the most outputs a pass may have (n_batch by default: 512
             # logits rows, 512 MiB with a 262k vocabulary; twice that with a sampler, which pads a copy of them)
             params.n_outputs_max = min(greedy_rows, n_batch)
             if backend_sampling_available():
-                self._chain = _greedy_chain()
-                config = llama_cpp.llama_sampler_seq_config(0, ctypes.cast(self._chain, ctypes.c_void_p))
-                params.samplers = ctypes.pointer(config)
-                params.n_samplers = 1
+                self._chains = [_greedy_chain() for _ in range(n_seq)]
+                configs = (llama_cpp.llama_sampler_seq_config * n_seq)(*(
+                    llama_cpp.llama_sampler_seq_config(s, ctypes.cast(chain, ctypes.c_void_p))
+                    for s, chain in enumerate(self._chains)))
+                self._configs = configs  # kept alive with the context, like the chains
+                params.samplers = ctypes.cast(configs, ctypes.POINTER(llama_cpp.llama_sampler_seq_config))
+                params.n_samplers = n_seq
                 params.n_outputs_max_per_seq = params.n_outputs_max
         handle = llama_cpp.llama_init_from_model(model.handle, params)
         if not handle:
-            self._free_chain()
+            self._free_chains()
             raise ContextFullError(
                 f"llama.cpp could not create a {n_ctx}-token context for {model.path.name}: try a smaller --ctx"
             )
         self._handle: llama_cpp.llama_context_p | None = handle
         # Backend sampling is usable only if the greedy stage went into the graph: llama.cpp names an initialised
         # stage "+greedy" when the output device runs its ops, "-greedy" when not (it then samples nothing).
-        self.backend_sampling = self._chain is not None and _stage_name(self._chain) == b"+greedy"
-        if self._chain is not None and not self.backend_sampling:
+        self.backend_sampling = bool(self._chains) and _stage_name(self._chains[0]) == b"+greedy"
+        if self._chains and not self.backend_sampling:
             self._detach()
         self._memory = llama_cpp.llama_get_memory(handle)
         self.n_ctx: int = llama_cpp.llama_n_ctx(handle)
@@ -83,17 +97,20 @@ class Context:
         self.n_vocab: int = model.vocab.n_tokens
         self.tokens: list[int] = []
         # One batch, allocated once; its arrays are written through numpy views, not per-element ctypes.
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, n_seq)
         self._tok = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
         self._pos = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
         self._want = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
-        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(n_batch,))[:] = 1
+        self._n_seq_id = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(n_batch,))
+        self._n_seq_id[:] = 1
         for i in range(n_batch):
             self._batch.seq_id[i][0] = 0
         self._logit_types: dict[int, type] = {}
         self._thread: int | None = None  # the thread that decodes; see _check_thread
         # the most positions one pass scores (llama.cpp aborts on more outputs than it reserved for)
         self.max_rows: int = min(greedy_rows, n_batch) if greedy_rows > 0 else n_batch
+        # a tree pass's rows and the sequences each belongs to, until keep_path
+        self._tree: tuple[list[int], list[list[int]]] | None = None
 
     @property
     def handle(self) -> llama_cpp.llama_context_p:
@@ -112,7 +129,7 @@ class Context:
         """
         if all_logits and len(tokens) > self.max_rows:
             raise ValueError(f"logits for {len(tokens)} positions: this context scores at most {self.max_rows}")
-        if self._chain is not None:
+        if self._chains:
             self._detach()
         self._run(tokens, all_outputs=all_logits)
         return self._logits(len(tokens) if all_logits else 1)
@@ -124,13 +141,87 @@ class Context:
             raise ValueError(f"decode_argmax: this context scores at most {self.max_rows} positions, got {n}")
         if not self.backend_sampling:
             return self.decode(tokens, all_logits=True).argmax(axis=1).tolist()
-        if self._chain is None:
+        if not self._chains:
             self._attach()
         self._run(tokens, all_outputs=True)
+        return self._sampled(n)
+
+    def _sampled(self, n: int) -> list[int]:
         ids = [llama_cpp.llama_get_sampled_token_ith(self.handle, i) for i in range(n)]
         if llama_cpp.LLAMA_TOKEN_NULL in ids:
             raise RuntimeError("llama.cpp's backend sampler returned no token")
         return ids
+
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Score a token tree in one pass: ``tokens[0]`` follows the cache, ``tokens[i]`` follows row
+        ``parents[i]`` (parents first). Returns a logits row per token (a view, valid until the next decode);
+        the cache holds the whole tree until ``keep_path``."""
+        if self._chains:
+            self._detach()
+        self._run_tree(tokens, parents)
+        return self._logits(len(tokens))
+
+    def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
+        """``decode_tree``, returning the argmax token id of each row (backend-sampled where available)."""
+        if not self.backend_sampling:
+            return self.decode_tree(tokens, parents).argmax(axis=1).tolist()
+        if not self._chains:
+            self._attach()
+        self._run_tree(tokens, parents)
+        return self._sampled(len(tokens))
+
+    def _run_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> None:
+        n = len(tokens)
+        if n > self.max_rows:
+            raise ValueError(f"a tree of {n} tokens: this context scores at most {self.max_rows} positions")
+        if self.n_past + n > self.n_ctx:
+            raise ContextFullError(f"context full: a tree of {n} tokens does not fit in --ctx {self.n_ctx}")
+        depth, seqs = _tree_sequences(parents)
+        if len(seqs[0]) > self.n_seq:
+            raise ValueError(f"a tree of {len(seqs[0])} branches: this context holds at most {self.n_seq}")
+        if self._thread != threading.get_ident():
+            self._check_thread()
+        for s in seqs[0][1:]:  # every branch sees the cached history
+            llama_cpp.llama_memory_seq_cp(self._memory, 0, s, -1, -1)
+        self._tok[:n] = tokens
+        self._pos[:n] = np.asarray(depth, dtype=np.int32) + self.n_past
+        self._want[:n] = 1
+        for i, ids in enumerate(seqs):
+            self._n_seq_id[i] = len(ids)
+            row = self._batch.seq_id[i]
+            for j, s in enumerate(ids):
+                row[j] = s
+        self._batch.n_tokens = n
+        try:
+            rc = llama_cpp.llama_decode(self.handle, self._batch)
+        finally:
+            self._n_seq_id[:n] = 1  # chain passes put every token in sequence 0 only
+            for i in range(n):
+                self._batch.seq_id[i][0] = 0
+        if rc != 0:
+            raise ContextFullError("llama.cpp found no room in the KV cache: raise --ctx") if rc == 1 else \
+                RuntimeError(f"llama_decode failed with code {rc}")
+        self._tree = (list(tokens), seqs)
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        """After ``decode_tree``: keep the rows of one root-to-node path (row 0 first) as sequence 0, drop the rest."""
+        if self._tree is None:
+            raise RuntimeError("keep_path() without a tree pass")
+        tokens, seqs = self._tree
+        self._tree = None
+        branch = seqs[rows[-1]][0]  # a branch through the path's last row holds the whole path
+        n_keep = self.n_past + len(rows)
+        memory = self._memory
+        if not llama_cpp.llama_memory_seq_rm(memory, branch, n_keep, -1):
+            raise RollbackUnsupported(f"{self.model.path.name} cannot drop cached positions (recurrent model?)")
+        llama_cpp.llama_memory_seq_keep(memory, branch)
+        if branch != 0:
+            llama_cpp.llama_memory_seq_cp(memory, branch, 0, -1, -1)
+            llama_cpp.llama_memory_seq_rm(memory, branch, -1, -1)
+        pos_max = llama_cpp.llama_memory_seq_pos_max(memory, 0)
+        if pos_max != n_keep - 1 or any(llama_cpp.llama_memory_seq_pos_max(memory, s) >= 0 for s in seqs[0][1:]):
+            raise RollbackUnsupported(f"keeping a tree's path left position {pos_max}, expected {n_keep - 1}")
+        self.tokens.extend(tokens[r] for r in rows)
 
     def feed(self, tokens: Sequence[int]) -> None:
         """Append ``tokens`` to the cache without computing any output (a prompt, a rebuilt history)."""
@@ -164,21 +255,23 @@ class Context:
             self.tokens.extend(chunk)
 
     def _attach(self) -> None:
-        chain = _greedy_chain()
-        if not llama_cpp.llama_set_sampler(self.handle, 0, chain):
-            llama_cpp.llama_sampler_free(chain)
-            raise RuntimeError("llama.cpp refused the backend greedy sampler it accepted before")
-        self._chain = chain
+        for s in range(self.n_seq):
+            chain = _greedy_chain()
+            if not llama_cpp.llama_set_sampler(self.handle, s, chain):
+                llama_cpp.llama_sampler_free(chain)
+                raise RuntimeError("llama.cpp refused the backend greedy sampler it accepted before")
+            self._chains.append(chain)
 
     def _detach(self) -> None:
-        llama_cpp.llama_set_sampler(self.handle, 0, None)
-        # llama.cpp drops every graph built with the old chain before its next pass: freeing it now is safe
-        self._free_chain()
+        for s in range(len(self._chains)):
+            llama_cpp.llama_set_sampler(self.handle, s, None)
+        # llama.cpp drops every graph built with the old chains before its next pass: freeing them now is safe
+        self._free_chains()
 
-    def _free_chain(self) -> None:
-        if self._chain is not None:
-            llama_cpp.llama_sampler_free(self._chain)
-            self._chain = None
+    def _free_chains(self) -> None:
+        for chain in self._chains:
+            llama_cpp.llama_sampler_free(chain)
+        self._chains = []
 
     def _check_thread(self) -> None:
         # llama.cpp's CPU backend keeps an OpenMP thread team per calling thread: decoding from a second thread
@@ -204,6 +297,9 @@ class Context:
 
     def truncate(self, n_keep: int) -> None:
         """Drop every position >= n_keep from the cache, and check that it happened."""
+        if n_keep == 0:
+            self.clear()  # every sequence, a tree's branches too
+            return
         if n_keep >= self.n_past:
             return
         if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
@@ -222,7 +318,7 @@ class Context:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._handle)
             self._handle = None
-            self._free_chain()
+            self._free_chains()
 
     def __enter__(self) -> Context:
         return self
@@ -243,6 +339,24 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def _tree_sequences(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """Each row's depth, and the sequences it belongs to: branch b (the b-th leaf in row order) is sequence b."""
+    n = len(parents)
+    depth = [0] * n
+    for i in range(1, n):
+        if not 0 <= parents[i] < i:
+            raise ValueError(f"tree row {i} follows row {parents[i]}: parents must come first")
+        depth[i] = depth[parents[i]] + 1
+    has_child = set(parents)
+    seqs: list[list[int]] = [[] for _ in range(n)]
+    for b, leaf in enumerate(i for i in range(n) if i not in has_child):
+        row = leaf
+        while row >= 0:
+            seqs[row].append(b)
+            row = parents[row]
+    return depth, seqs
 
 
 def backend_sampling_available() -> bool:

@@ -18,10 +18,11 @@ from localspec.drafters.base import Draft, Drafter
 from localspec.engine.context import common_prefix
 from localspec.errors import ContextFullError, RollbackUnsupported
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
-from localspec.sampling import PositionalDraws
+from localspec.sampling import PositionalDraws, shape
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.text import TextStream
+from localspec.speculative.tree import TokenTree
 from localspec.speculative.verify import Verdict, verify_greedy, verify_sampled
 
 
@@ -36,6 +37,12 @@ class Target(Protocol):
     def feed(self, tokens: Sequence[int]) -> None: ...
     def truncate(self, n_keep: int) -> None: ...
 
+    # token trees: ``parents[i]`` is the batch row token i follows (-1: the cache), parents first; after the pass,
+    # ``keep_path`` keeps the rows of one root-to-node path and drops the rest
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray: ...
+    def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]: ...
+    def keep_path(self, rows: Sequence[int]) -> None: ...
+
 
 class TokenInfo(Protocol):
     def piece(self, token: int) -> bytes: ...
@@ -45,6 +52,7 @@ class TokenInfo(Protocol):
 @dataclass(frozen=True, slots=True)
 class StepResult:
     draft: Draft
+    tree: TokenTree  # the draft's candidates as verified (a chain for one)
     verdict: Verdict
     emitted: list[int]  # the accepted draft tokens, then the target's own
     draft_seconds: float
@@ -79,40 +87,62 @@ class Generator:
         """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed."""
         t0 = self.clock()
         draft = self._propose(history, room)
+        tree = TokenTree.of(draft.candidates)
         t1 = self.clock()
-        # verify: one batch, [pending] + draft, scored at every position (greedy: token ids only, no logits)
-        n_cached = len(self.target.tokens)
-        batch = [history[-1], *draft.tokens]
-        if self.sampling.greedy:
-            verdict = verify_greedy(draft.tokens, self.target.decode_argmax(batch))
-        else:
-            logits = self.target.decode(batch, all_logits=True)
-            position = len(history)  # where the first token of this pass lands
-            verdict = verify_sampled(draft.tokens, draft.dists, logits, self.sampling,
-                                     lambda i: self.draws.at(position + i))
-        # roll back: keep the pending token and the accepted draft prefix, drop the rejected tail
-        self._roll_back(n_cached + 1 + verdict.n_accepted)
+        # verify: one batch, [pending] + the draft (a chain, or a tree's nodes), scored at every position
+        chain = tree.branches == 1
+        verdict = self._verify_chain(history, draft) if chain else self._verify_tree(history, tree)
+        accepted = [tree.tokens[node] for node in verdict.nodes]
+        # roll back: keep the pending token and the accepted draft tokens (a chain's prefix, a tree's path)
+        self._roll_back([*history, *accepted], None if chain else [0, *(node + 1 for node in verdict.nodes)])
         t2 = self.clock()
-        emitted = [*draft.tokens[: verdict.n_accepted], verdict.token]
-        self.policy.observe(draft, verdict.n_accepted, t1 - t0, t2 - t1, emitted)
-        return StepResult(draft, verdict, emitted, t1 - t0, t2 - t1)
+        emitted = [*accepted, verdict.token]
+        self.policy.observe(draft, verdict.n_accepted, t1 - t0, t2 - t1, emitted, len(tree))
+        return StepResult(draft, tree, verdict, emitted, t1 - t0, t2 - t1)
+
+    def _verify_chain(self, history: list[int], draft: Draft) -> Verdict:
+        batch = [history[-1], *draft.tokens]
+        if self.sampling.greedy:  # token ids only, no logits
+            return verify_greedy(draft.tokens, self.target.decode_argmax(batch))
+        logits = self.target.decode(batch, all_logits=True)
+        position = len(history)  # where the first token of this pass lands
+        return verify_sampled(draft.tokens, draft.dists, logits, self.sampling, lambda i: self.draws.at(position + i))
+
+    def _verify_tree(self, history: list[int], tree: TokenTree) -> Verdict:
+        """Walk down the tree as the target goes: its argmax, or (one-hot candidates) its token drawn from the
+        position's own random stream, exactly as a chain's one-hot draft is verified (verify.py)."""
+        batch = [history[-1], *tree.tokens]
+        parents = [-1, *(parent + 1 for parent in tree.parents)]
+        if self.sampling.greedy:
+            best = self.target.decode_tree_argmax(batch, parents)
+            path, token = tree.walk(lambda row, depth: best[row])
+        else:
+            logits = self.target.decode_tree(batch, parents)
+            position = len(history)
+            path, token = tree.walk(
+                lambda row, depth: shape(logits[row], self.sampling).sample(self.draws.at(position + depth)))
+        return Verdict(len(path), token, tuple(path))
 
     def _propose(self, history: list[int], room: int) -> Draft:
         """The policy caps each drafter, the drafter proposes, the policy trims: the first draft left wins."""
         for drafter in self.drafters:
             cap = self.policy.cap(drafter, room)
             if cap:
-                draft = self.policy.trim(drafter.propose(history, cap), drafter)
+                draft = self.policy.trim(drafter.propose(history, cap, self.policy.width(drafter)), drafter)
                 if draft.tokens:
                     return draft
         return Draft()
 
-    def _roll_back(self, n_keep: int) -> None:
+    def _roll_back(self, kept: list[int], rows: list[int] | None) -> None:
+        """Leave ``kept`` in the cache: a chain drops its rejected tail, a tree keeps the batch ``rows`` of its
+        accepted path."""
         try:
-            self.target.truncate(n_keep)
+            if rows is None:
+                self.target.truncate(len(kept))
+            else:
+                self.target.keep_path(rows)
         except RollbackUnsupported:
             # the model's memory cannot drop a suffix (recurrent/hybrid): rebuild it once, then decode plainly
-            kept = self.target.tokens[:n_keep]
             self.target.truncate(0)
             self.target.feed(kept)
             self.drafters = []
@@ -148,8 +178,9 @@ class Generator:
                 result = self.step(history, room)
                 event, ended = self._emit(result, text, settings.max_tokens - stats.generated_tokens)
                 history.extend(t.id for t in event.emitted)
+                verified = max(1, len(result.draft.candidates))
                 for drafter in self.drafters:
-                    drafter.accept(history, len(event.accepted))
+                    drafter.accept(history, len(event.accepted), verified)
                 stats.add_step(event)
                 yield event
                 while self.notices:
@@ -196,13 +227,16 @@ class Generator:
             if len(out) >= budget:
                 ended = "length"
                 break
-        rejected = tuple(
-            Token(t, self.vocab.piece(t).decode("utf-8", "replace"), "draft") for t in result.draft.tokens[n:]
-        )
+        tail, others = result.tree.rejected(result.verdict.nodes)
         target = out[-1] if out and out[-1].source == "target" else None
         accepted = tuple(out[:-1] if target is not None else out)
         step = Step(
-            accepted, rejected, target, result.draft.drafter or "none", len(result.draft),
-            result.draft_seconds, result.verify_seconds,
+            accepted, self._drafted(result.tree, tail), target, result.draft.drafter or "none", len(result.tree),
+            result.draft_seconds, result.verify_seconds, tuple(self._drafted(result.tree, run) for run in others),
+            result.tree.branches,
         )
         return step, ended
+
+    def _drafted(self, tree: TokenTree, nodes: Sequence[int]) -> tuple[Token, ...]:
+        return tuple(Token(tree.tokens[n], self.vocab.piece(tree.tokens[n]).decode("utf-8", "replace"), "draft")
+                     for n in nodes)

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from localspec.drafters.base import Draft, Drafter
+from localspec.speculative.tree import trie_sizes
 
 _DECAY = 0.95  # weight of the past in each running estimate
 _PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried again
@@ -72,11 +73,15 @@ class _Survival:
 
 @dataclass(slots=True)
 class _Watched:
-    """A cheap draft's full proposal, compared token by token with what the target emits next."""
+    """A cheap draft's full proposal, compared token by token with what the target emits next.
 
-    tokens: list[int]
-    survival: _Survival  # where the outcome of each position goes
+    With several candidates, ``survivals[w - 1]`` learns how far the best of the first w of them runs (a tree of
+    w branches), all widths from the same proposal."""
+
+    candidates: list[list[int]]
+    survivals: list[_Survival]
     matched: int = 0
+    alive: list[bool] = field(default_factory=list)  # the candidates that matched every token so far
 
     def advance(self, emitted: Sequence[int]) -> bool:
         """Score each position as soon as its token is known; True once the proposal is settled.
@@ -85,15 +90,26 @@ class _Watched:
         while a proposal that keeps matching settles only after all its tokens, and counting only settled
         proposals would hear the failures of a long copy before its successes.
         """
+        if not self.alive:
+            self.alive = [True] * len(self.candidates)
         for token in emitted:
-            ok = self.tokens[self.matched] == token
-            self.survival.record(self.matched, ok)
+            j = self.matched
+            reached = False  # some alive candidate among the first w reaches position j
+            ok = False  # ... and holds the emitted token there
+            alive = self.alive
+            for w, candidate in enumerate(self.candidates):
+                if alive[w] and j < len(candidate):
+                    reached = True
+                    alive[w] = candidate[j] == token
+                    ok = ok or alive[w]
+                else:
+                    alive[w] = False
+                if reached:
+                    self.survivals[w].record(j, ok)
             if not ok:
                 return True
             self.matched += 1
-            if self.matched == len(self.tokens):
-                return True
-        return False
+        return not any(a and self.matched < len(c) for a, c in zip(self.alive, self.candidates, strict=True))
 
 
 @dataclass(slots=True)
@@ -161,9 +177,10 @@ class _VerifyCost:
 class DraftPolicy:
     """Picks k per step; ``fixed`` pins it (``--k N``)."""
 
-    def __init__(self, k_max: int = 16, fixed: int | None = None) -> None:
+    def __init__(self, k_max: int = 16, fixed: int | None = None, branches: int = 1) -> None:
         self.k_max = k_max
         self.fixed = fixed
+        self.branches = branches  # the most candidates a lookup may offer, verified together as a token tree
         self._calibration: dict[int, float] = {}
         self._drafter_calibration: dict[str, float] = {}
         self.reset()
@@ -191,13 +208,44 @@ class DraftPolicy:
             return min(room, self.k_max)
         return self.best_k(drafter.name, drafter.name, room)
 
+    def width(self, drafter: Drafter) -> int:
+        """How many candidates ``drafter`` may offer: a lookup's are free to propose and verified as a tree."""
+        return self.branches if drafter.lookup else 1
+
     def trim(self, draft: Draft, drafter: Drafter) -> Draft:
-        """Keep as much of a lookup's proposal as its kind has earned; the whole proposal is learned in hindsight."""
+        """Keep as much of a lookup's proposal as its kind has earned, as a chain or a tree of its first
+        candidates; the whole proposal is learned in hindsight."""
         if not drafter.lookup or not draft.tokens:
             return draft
-        self._watched.append(_Watched(draft.tokens, self._survival_of(draft.kind)))
-        self._trimmed = draft.trimmed(self.best_k(draft.kind, draft.drafter, len(draft), watched=True))
+        candidates = draft.candidates
+        survivals = [self._survival_of(_wide(draft.kind, w)) for w in range(1, len(candidates) + 1)]
+        self._watched.append(_Watched(candidates, survivals))
+        self._trimmed = draft.trimmed(*self._shape(draft, candidates))
         return self._trimmed
+
+    def _shape(self, draft: Draft, candidates: list[list[int]]) -> tuple[int, int]:
+        """(depth k, width w): a tree of the first w candidates cut to k tokens, for the most expected tokens per
+        second. Its cost is that of a pass over its nodes, so shared prefixes come almost free."""
+        k = self.best_k(draft.kind, draft.drafter, len(draft), watched=True)
+        if len(candidates) == 1 or not self._verify.known():
+            return k, 1
+        depth = min(max(len(c) for c in candidates), self.k_max)
+        sizes = trie_sizes(candidates, depth)
+        chain = self._survival_of(draft.kind).expected_accepted(k)[k]
+        best, best_rate = (k, 1), (1.0 + chain) / self._verify(1 + k)
+        depths = range(1, depth + 1) if self.fixed is None else [min(self.fixed, depth)]
+        for w in range(2, len(candidates) + 1):
+            expected = self._survival_of(_wide(draft.kind, w)).expected_accepted(depth)
+            for d in depths:
+                nodes = sizes[w - 1][d]
+                if nodes > self.k_max:
+                    break
+                if nodes == sizes[w - 2][d]:
+                    continue  # the w-th candidate adds nothing this deep
+                rate = (1.0 + expected[d]) / self._verify(1 + nodes)
+                if rate > best_rate:
+                    best, best_rate = (d, w), rate
+        return best
 
     def _survival_of(self, kind: str) -> _Survival:
         survival = self._survival.get(kind)
@@ -258,11 +306,13 @@ class DraftPolicy:
         return best_k
 
     def observe(
-        self, draft: Draft, accepted: int, draft_seconds: float, verify_seconds: float, emitted: Sequence[int]
+        self, draft: Draft, accepted: int, draft_seconds: float, verify_seconds: float, emitted: Sequence[int],
+        nodes: int | None = None,
     ) -> None:
-        """One step's outcome; ``emitted`` are the tokens it produced (accepted draft tokens, then the target's)."""
+        """One step's outcome; ``emitted`` are the tokens it produced (accepted draft tokens, then the target's);
+        ``nodes``: the draft tokens the pass verified, where a tree's candidates shared some."""
         drafted, drafter = len(draft), draft.drafter
-        self._verify.update(drafted + 1, verify_seconds)
+        self._verify.update((drafted if nodes is None else nodes) + 1, verify_seconds)
         if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice
             self._survival_of(draft.kind).update(accepted, drafted)
         self._trimmed = None
@@ -277,3 +327,7 @@ class DraftPolicy:
         """What one plain decoding step costs, as measured (0 before any step)."""
         return self._verify(1) if self._verify.known() else 0.0
 
+
+def _wide(kind: str, width: int) -> str:
+    """The kind under which the best of a proposal's first ``width`` candidates is learned."""
+    return kind if width == 1 else f"{kind}×{width}"

@@ -29,10 +29,16 @@ from localspec.settings import SamplingSettings
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """How many draft tokens survive, and the token the target adds after them (correction or bonus)."""
+    """How many draft tokens survive, and the token the target adds after them (correction or bonus); for a token
+    tree, ``path`` holds the accepted nodes (a chain's are its first ``n_accepted`` tokens)."""
 
     n_accepted: int
     token: int
+    path: tuple[int, ...] | None = None
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return self.path if self.path is not None else tuple(range(self.n_accepted))
 
 
 def verify_greedy(draft: Sequence[int], best: Sequence[int]) -> Verdict:
