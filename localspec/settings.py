@@ -75,7 +75,8 @@ class RuntimeSettings:
             raise UserError(f"--gpu-layers must be -1 (all), 0 (CPU) or a count, got {self.n_gpu_layers}")
 
 
-BRANCHES_DEFAULT = 4
+# trees are opt-in: replayed on the shipped cost tables they paid on no prompt of ours (docs/performance.md)
+BRANCHES_DEFAULT = 1
 BRANCHES_MAX = 8
 
 

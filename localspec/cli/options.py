@@ -56,8 +56,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("k", ("--k",), int | None, None, "Fixed draft length. Default: adaptive, chosen each step from measured "
         "acceptance and costs (0 = plain decoding).", "Speculation", "speculation.k"),
     Opt("branches", ("--branches",), int, BRANCHES_DEFAULT, "Most candidate continuations n-gram lookup may verify "
-        "together in one pass, as a token tree; the policy picks how many pay on this device (1 = always one "
-        "chain).", "Speculation", "speculation.branches"),
+        "together in one pass, as a token tree (the policy picks how many pay on this device). Default 1: one "
+        "chain; trees did not pay in our measurements yet (docs/performance.md).", "Speculation",
+        "speculation.branches"),
     Opt("exit_layer", ("--exit-layer",), int | None, None, "Layers kept for --drafter early-exit (default: a third "
         "of the model).", "Speculation", "speculation.exit_layer"),
     Opt("p_min", ("--p-min",), float, 0.0, "Stop a model draft early when the draft's top probability falls below "

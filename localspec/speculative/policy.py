@@ -34,6 +34,11 @@ _PROBE_K = 3
 # c_0 before any evidence: a kind of draft has to earn trust. 0.5 made a short generation on a GPU, where a draft
 # step costs ~30% more than a plain one, pay for drafts it never recovered (0.84x; 0.95x with 0.3: replay_tables.py)
 _PRIOR = 0.3
+# A tree must promise this much more than the best chain, and its width must have been seen this often: the policy
+# weighs some 50 shapes a step, and the best of many noisy estimates is biased up (replays on the shipped cost
+# tables: without these, trees cost up to 8% on a prompt where hindsight says they could gain nothing)
+_TREE_MARGIN = 1.1
+_TREE_EVIDENCE = 4.0
 
 
 @dataclass(slots=True)
@@ -232,10 +237,13 @@ class DraftPolicy:
         depth = min(max(len(c) for c in candidates), self.k_max)
         sizes = trie_sizes(candidates, depth)
         chain = self._survival_of(draft.kind).expected_accepted(k)[k]
-        best, best_rate = (k, 1), (1.0 + chain) / self._verify(1 + k)
+        best, best_rate = (k, 1), (1.0 + chain) / self._verify(1 + k) * _TREE_MARGIN
         depths = range(1, depth + 1) if self.fixed is None else [min(self.fixed, depth)]
         for w in range(2, len(candidates) + 1):
-            expected = self._survival_of(_wide(draft.kind, w)).expected_accepted(depth)
+            survival = self._survival_of(_wide(draft.kind, w))
+            if not survival.reached or survival.reached[0] < _TREE_EVIDENCE:
+                continue
+            expected = survival.expected_accepted(depth)
             for d in depths:
                 nodes = sizes[w - 1][d]
                 if nodes > self.k_max:
