@@ -9,6 +9,7 @@ speedup on an open-ended prompt.
     .venv/bin/python scripts/replay_tables.py [--suite FILE ...] [--tables h100,epyc-avx2-2t,spr-2t]
     .venv/bin/python scripts/replay_tables.py --validate LIVE.json   # replay vs the live runs in LIVE.json
     .venv/bin/python scripts/replay_tables.py --fit LIVE.json        # fit a table's step overhead to them
+    .venv/bin/python scripts/replay_tables.py --trees               # token trees (--branches 4) against one chain
 """
 
 from __future__ import annotations
@@ -84,6 +85,59 @@ def judge(tables: dict[str, CostTable], prompts: list[BenchPrompt], outs: dict) 
               f"| {med['oracle']:.2f}x | {rows[low]['adaptive']:.3f}x ({low}) |")
 
 
+def hindsight(table: CostTable, prompt: list[int], output: list[int], branches: int) -> float:
+    """The ceiling of any shape policy for the n-gram drafter's candidates: each step takes the (width, depth) that
+    buys the most tokens per second, knowing how far each candidate matches. Speedup over target-only."""
+    from localspec.drafters.ngram import NgramDrafter
+    from localspec.speculative.tree import trie_sizes
+
+    seq, pos, seconds = [*prompt, *output], len(prompt), 0.0
+    drafter = NgramDrafter()
+    drafter.begin(prompt)
+    while pos < len(seq):
+        candidates = drafter.propose(seq[:pos], min(16, len(seq) - pos - 1), branches).candidates
+        rate, accepted, nodes, width = 1 / table.step(1), 0, 0, 1
+        if candidates:
+            runs = [next((i for i, (a, b) in enumerate(zip(c, seq[pos:], strict=False)) if a != b),
+                         min(len(c), len(seq) - pos)) for c in candidates]
+            depth = max(len(c) for c in candidates)
+            for w, sizes in enumerate(trie_sizes(candidates, depth), start=1):
+                for k in range(1, depth + 1):
+                    if sizes[k] > 16:
+                        break
+                    got = max(min(k, r) for r in runs[:w])
+                    if (1 + got) / table.step(1 + sizes[k]) > rate:
+                        rate, accepted, nodes, width = (1 + got) / table.step(1 + sizes[k]), got, sizes[k], w
+        seconds += table.step(1 + nodes)
+        pos += accepted + 1
+        drafter.accept(seq[:pos], accepted, width)
+    return table.step(1) * len(output) / seconds
+
+
+def judge_trees(tables: dict[str, CostTable], prompts: list[BenchPrompt], outs: dict, branches: int = 4) -> None:
+    """Adaptive n-gram drafting with token trees of up to ``branches`` candidates against one chain, per table."""
+    print(f"| table | one chain (grounded median) | trees ≤ {branches} | trees ÷ chain | lowest trees ÷ chain, any "
+          "prompt | best shape in hindsight: chain / trees | oracle |")
+    print("|---|---|---|---|---|---|---|")
+    grounded = [p.id for p in prompts if p.category == "grounded"]
+    for name, table in tables.items():
+        rows = {}
+        for p in prompts:
+            prompt, output, eog = outs[p.id]
+            plain = replay("none", prompt, output, table, eog=eog).decode_seconds
+            chain = replay("ngram", prompt, output, table, eog=eog).decode_seconds
+            tree = replay("ngram", prompt, output, table, eog=eog, branches=branches).decode_seconds
+            rows[p.id] = {"chain": plain / chain, "tree": plain / tree, "ratio": chain / tree}
+            if p.id in grounded:
+                rows[p.id] |= {"h1": hindsight(table, prompt, output, 1),
+                               "hw": hindsight(table, prompt, output, branches),
+                               "oracle": plain / replay_oracle(prompt, output, table, eog=eog).decode_seconds}
+        med = {c: statistics.median(rows[i][c] for i in grounded) for c in rows[grounded[0]]}
+        low = min(rows, key=lambda i: rows[i]["ratio"])
+        print(f"| {name} | {med['chain']:.2f}x | {med['tree']:.2f}x | {med['tree'] / med['chain']:.3f} "
+              f"| {rows[low]['ratio']:.3f} ({low}) | {med['h1']:.2f}x / {med['hw']:.2f}x | {med['oracle']:.2f}x |")
+
+
 def validate(table: CostTable, live: dict, prompts: list[BenchPrompt], outs: dict) -> None:
     """Replayed vs lived speedup for each policy the live file measured, on the prompts both have."""
     have = {p.id for p in prompts}
@@ -136,6 +190,7 @@ def main() -> None:
     ap.add_argument("--validate", type=Path, help="live runs to compare the replay with (h100-live format)")
     ap.add_argument("--fit", type=Path, help="live runs to fit the first table's step overhead to")
     ap.add_argument("--bare", action="store_true", help="ignore the tables' step overhead (price bare passes)")
+    ap.add_argument("--trees", action="store_true", help="token trees (up to 4 candidates) against one chain")
     args = ap.parse_args()
     suites = args.suite or [None, ROOT.parent / "shared" / "bench" / "prompts.jsonl"]
     prompts = [p for s in suites if s is None or Path(s).exists() for p in load_suite(s).prompts]
@@ -150,6 +205,9 @@ def main() -> None:
         if args.fit:
             table = fit(table, live, prompts, outs)
         validate(table, live, prompts, outs)
+        return
+    if args.trees:
+        judge_trees(tables, prompts, outs)
         return
     judge(tables, prompts, outs)
 
