@@ -114,6 +114,32 @@ def hindsight(table: CostTable, prompt: list[int], output: list[int], branches: 
     return table.step(1) * len(output) / seconds
 
 
+def unreachable(prompt: list[int], output: list[int], branches: int = 8) -> tuple[int, int]:
+    """Where the oracle's source runs further than every n-gram candidate: (extra tokens it gets there, of which from
+    a source not preceded by the current suffix, which no lookup can rank above the others), summed per position."""
+    from localspec.drafters.ngram import NgramDrafter
+
+    seq, extra, blind = [*prompt, *output], 0, 0
+    drafter = NgramDrafter()
+    drafter.begin(prompt)
+    for pos in range(len(prompt), len(seq) - 1):
+        candidates = drafter.propose(seq[:pos], 16, branches).candidates
+        ours = max((next((i for i, (a, b) in enumerate(zip(c, seq[pos:], strict=False)) if a != b), len(c))
+                    for c in candidates), default=0)
+        best, source = 0, 0
+        for j in range(pos):
+            n = 0
+            while n < 16 and j + n < pos and pos + n < len(seq) and seq[j + n] == seq[pos + n]:
+                n += 1
+            if n > best:
+                best, source = n, j
+        if best > ours:
+            extra += best - ours
+            blind += best - ours if source == 0 or seq[source - 1] != seq[pos - 1] else 0
+        drafter.accept(seq[: pos + 1], 0)
+    return extra, blind
+
+
 def judge_trees(tables: dict[str, CostTable], prompts: list[BenchPrompt], outs: dict, branches: int = 4) -> None:
     """Adaptive n-gram drafting with token trees of up to ``branches`` candidates against one chain, per table."""
     print(f"| table | one chain (grounded median) | trees ≤ {branches} | trees ÷ chain | lowest trees ÷ chain, any "
@@ -136,6 +162,13 @@ def judge_trees(tables: dict[str, CostTable], prompts: list[BenchPrompt], outs: 
         low = min(rows, key=lambda i: rows[i]["ratio"])
         print(f"| {name} | {med['chain']:.2f}x | {med['tree']:.2f}x | {med['tree'] / med['chain']:.3f} "
               f"| {rows[low]['ratio']:.3f} ({low}) | {med['h1']:.2f}x / {med['hw']:.2f}x | {med['oracle']:.2f}x |")
+    extra = blind = 0
+    for i in grounded:
+        e, b = unreachable(*outs[i][:2])
+        extra, blind = extra + e, blind + b
+    print(f"\nWhere the oracle runs further than all 8 n-gram candidates (grounded prompts, every position): "
+          f"{blind / extra:.0%} of its extra tokens come from a source whose preceding token differs from the "
+          f"current one, which no lookup can rank first.")
 
 
 def validate(table: CostTable, live: dict, prompts: list[BenchPrompt], outs: dict) -> None:
