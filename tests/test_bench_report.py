@@ -163,3 +163,55 @@ def test_repeats_that_disagree_beyond_noise_are_flagged() -> None:
     assert ngram.spread == pytest.approx(2.0 / 1.2 - 1)
     assert report.unstable() == [ngram]
     assert _report(runs(19.0), categories=["grounded"]).unstable() == []
+
+
+def test_tree_passes_and_branches_per_tree_pass_in_json_table_and_markdown() -> None:
+    def tree_run(prompt: str, repeat: int, passes: int, trees: int, branches: int) -> RunRecord:
+        r = _run(prompt, "grounded", "ngram", repeat, BASE, 20.0)
+        r.target_passes, r.tree_passes, r.branches = passes, trees, branches
+        return r
+
+    records = [
+        _run("p1", "grounded", "none", 0, BASE, 10.0), tree_run("p1", 0, 10, 2, 5),
+        _run("p1", "grounded", "none", 1, BASE, 10.0), tree_run("p1", 1, 10, 4, 9),
+        _run("p2", "grounded", "none", 0, BASE, 10.0), tree_run("p2", 0, 10, 0, 0),
+        _run("p2", "grounded", "none", 1, BASE, 10.0), tree_run("p2", 1, 10, 0, 0),
+        # a record as older versions wrote it: no pass counts at all
+        _run("p1", "grounded", "auto", 0, BASE, 15.0), _run("p1", "grounded", "auto", 1, BASE, 15.0),
+    ]
+    annotate(records)
+    report = rep.build_report(records, model="toy", machine=MACHINE, suite="test", command="localspec bench",
+                              drafters=["none", "ngram", "auto"], repeat=2, categories=["grounded"])
+    by = {(r.prompt_id, r.drafter): r for r in report.results}
+    p1 = by[("p1", "ngram")]
+    assert p1.tree_passes == 3 and p1.tree_share == pytest.approx(0.3)
+    assert p1.branches_per_tree_pass == pytest.approx(14 / 6)  # over all its repeats' tree passes
+    p2 = by[("p2", "ngram")]
+    assert p2.tree_share == 0 and p2.branches_per_tree_pass is None  # drafted, but never a tree
+    old = by[("p1", "auto")]
+    assert old.tree_passes is None and old.tree_share is None and old.branches_per_tree_pass is None
+    assert by[("p1", "none")].tree_share is None  # the baseline drafts nothing
+
+    doc = rep.to_json(report)
+    rows = {(r["prompt_id"], r["drafter"]): r for r in doc["results"]}
+    assert rows[("p1", "ngram")]["tree_passes"] == 3.0
+    assert rows[("p1", "ngram")]["tree_pass_share"] == 0.3
+    assert rows[("p1", "ngram")]["branches_per_tree_pass"] == 2.33
+    assert rows[("p1", "auto")]["tree_pass_share"] is None
+    groups = {(g["category"], g["drafter"]): g for g in doc["groups"]}
+    tree = groups[("grounded", "ngram")]
+    assert tree["median_tree_pass_share"] == 0.15  # median of the prompts' 30% and 0%
+    assert tree["median_branches_per_tree_pass"] == 2.33  # the prompts that verified trees
+    assert tree["median_tokens_per_pass"] == 2.0 and tree["prompts"] == 2
+    assert set(doc["summary"]["ngram"]["grounded"]) == {"median_speedup", "median_tokens_per_second"}
+    json.dumps(doc)
+
+    console = Console(record=True, width=200)
+    console.print(rep.render_table(report))
+    table = console.export_text()
+    assert "tree passes" in table and "branches/tree" in table
+    md = rep.to_markdown(report)
+    assert "| grounded | ngram | 20.0 | 2.00x | 50% | 2.00 | 4/4 | 15% | 2.3 |" in md
+    assert "| grounded | auto | 15.0 | 1.50x | 50% | 2.00 | 2/2 | – | – |" in md  # old records: unknown
+    assert "| p1 | grounded | ngram | 20.0 | 2.00x | 50% | 2.00 | 2/2 | 30% | 2.3 |" in md
+    assert "tree passes is the share of target passes that verified a token tree" in md

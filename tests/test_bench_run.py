@@ -111,6 +111,11 @@ def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> Non
         assert isinstance(r["identical_to_baseline"], bool)
         # a divergence is allowed only as a classified near-tie (NOTES.md, "Numerics")
         assert all(d["near_tie"] is not None for d in r["divergences"])
+        # token trees: counted for every drafted run (none here: one chain is the default), not for the baseline
+        assert (r["tree_pass_share"] is None) == (r["drafter"] == "none")
+        assert r["branches_per_tree_pass"] is None or r["branches_per_tree_pass"] >= 2
+    assert {"median_tokens_per_pass", "median_tree_pass_share", "median_branches_per_tree_pass"} <= set(
+        doc["groups"][0])
     assert set(doc["summary"]["ngram"]) == {"grounded", "chat"}
     assert set(doc["summary"]["ngram"]["chat"]) == {"median_speedup", "median_tokens_per_second"}
     assert json.loads((out / "bench.json").read_text())["results"] == doc["results"]

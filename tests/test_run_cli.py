@@ -42,9 +42,35 @@ def test_json_document_has_the_documented_shape(model_path: Path) -> None:
         assert set(token) == {"id", "text", "source"} and token["source"] in ("draft", "target")
     stats = doc["stats"]
     for key in ("prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds", "tokens_per_second",
-                "target_passes", "drafted", "accepted", "acceptance_rate", "mean_accepted_length"):
+                "target_passes", "drafted", "accepted", "acceptance_rate", "mean_accepted_length",
+                "tree_passes", "branches"):
         assert key in stats, key
     assert stats["generated_tokens"] == len(doc["tokens"]) <= 12
+    assert stats["tree_passes"] == stats["branches"] == 0  # one chain unless --branches N asks for trees
+    assert "tree passes" not in result.stderr
+
+
+def test_tree_counts_in_json_and_on_the_stats_line(model_path: Path) -> None:
+    # whether the policy builds trees on this machine depends on its pass costs: the counts must agree either way
+    prompt = "Repeat: the cat sat on the mat, the cat ran to the rug, the cat sat on the"
+    result = localspec(["run", prompt, "--drafter", "ngram", "--branches", "2", "--max-tokens", "12", "--json"])
+    assert result.code == 0, result.stderr
+    stats = json.loads(result.stdout)["stats"]
+    assert 0 <= stats["tree_passes"] <= stats["target_passes"]
+    assert stats["branches"] == 2 * stats["tree_passes"]  # a tree pass verified exactly 2 branches here
+    assert stats["mean_accepted_length"] == pytest.approx(stats["generated_tokens"] / stats["target_passes"])
+    assert "tokens/pass" in result.stderr
+    assert ("tree passes" in result.stderr) == (stats["tree_passes"] > 0)
+
+
+def test_stats_line_counts_tree_passes_and_branches() -> None:
+    from localspec.cli.render import stats_lines
+    from localspec.events import Stats
+
+    chain = Stats(generated_tokens=30, target_passes=10, drafted=40, accepted=20)
+    tree = Stats(generated_tokens=30, target_passes=10, drafted=40, accepted=20, tree_passes=4, branches=11)
+    assert "3.00 tokens/pass · time" in stats_lines(chain, "ngram")[1]
+    assert "3.00 tokens/pass (4 tree passes, 11 branches) · time" in stats_lines(tree, "ngram")[1]
 
 
 def test_stdin_prompt_and_stop_string(model_path: Path) -> None:

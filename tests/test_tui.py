@@ -152,6 +152,59 @@ def test_ghosts_appear_while_streaming_and_can_be_hidden(model_path: Path) -> No
     drive(app, body)
 
 
+def test_a_token_tree_shows_its_losing_branches_as_rejected_alternatives(model_path: Path) -> None:
+    """A pass that verified a token tree: the winning branch's accepted tokens are green, its rejected rest a ghost,
+    each losing branch a ghost of its own in brackets; the stats panel counts branches per tree pass."""
+    from localspec.events import Step, Token
+    from localspec.tui.live import LiveAnswer
+    from localspec.tui.widgets import BRANCH_MARK_STYLE
+
+    app = ChatApp(options(model_path))
+
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        # the app's own path for an answer's steps: the engine's queue, drained by the UI timer into the live answer
+        view = app.transcript.start_answer(show_ghosts=True, title="Assistant")
+        view.ghost_seconds = 60.0  # long enough for the assertions below
+        app._live = LiveAnswer(view, app.stats_panel, "ngram")
+        await pilot.pause()
+
+        def t(i: int, text: str) -> Token:
+            return Token(i, text, "draft")
+
+        tree = Step((t(1, " the"), t(2, " cat")), (t(3, " ran"),), Token(4, " sat", "target"), "ngram", 7, 0.0, 0.0,
+                    rejected_branches=((t(5, " dog"), t(6, " barked")), (t(7, " mat"),)), branches=3)
+        chain = Step((t(8, " on"),), (), Token(9, " the", "target"), "ngram", 1, 0.0, 0.0)
+        app.engine.steps.extend([(tree, 1.0), (chain, 2.0)])
+        app._drain(final=True)
+        await pilot.pause()
+
+        assert view.text == " the cat sat on the"  # what the model wrote: no ghost, no branch in it
+        content = view.content()
+        # shown in order: the winning branch, its rejected rest, each losing branch in brackets, the target's token
+        assert content.plain == " the cat ran[ dog barked][ mat] sat on the"
+        styled = {content.plain[sp.start:sp.end]: sp.style for sp in content.spans}
+        assert styled[" the cat"] == ACCEPTED_STYLE and styled[" on"] == ACCEPTED_STYLE
+        assert styled[" ran"] == GHOST_STYLE  # the winning branch's rejected tail, as today
+        assert styled[" dog barked"] == GHOST_STYLE and styled[" mat"] == GHOST_STYLE  # the losing branches
+        assert [sp.style for sp in content.spans if content.plain[sp.start:sp.end] in "[]"] == [BRANCH_MARK_STYLE] * 4
+        assert "[ dog barked][ mat]" in str(view.query_one(Static).render())  # on screen
+
+        rates = str(app.query_one(StatsPanel).query_one("#rates", Static).render())
+        assert "length   2.50 tokens/pass" in rates  # 5 tokens in 2 passes
+        assert "branches 3.0 per tree, 1 tree" in rates
+
+        # rejected drafts hidden: losing branches too
+        await pilot.press("ctrl+g")
+        assert view.content().plain == " the cat sat on the"
+        hidden = Step((), (t(10, " x"),), Token(11, " y", "target"), "ngram", 2, 0.0, 0.0,
+                      rejected_branches=((t(12, " z"),),), branches=2)
+        view.add_step(hidden, now=0.0)
+        assert view.content().plain == " the cat sat on the y"
+
+    drive(app, body)
+
+
 def test_escape_stops_a_long_answer(model_path: Path) -> None:
     app = ChatApp(options(model_path, drafter="none", k=None, max_tokens=2000))
 
@@ -325,8 +378,9 @@ def test_snapshot_ready(model_path: Path, snap_compare: Any) -> None:
 
 
 def test_snapshot_after_a_greedy_answer(model_path: Path, snap_compare: Any) -> None:
-    # k fixed: with adaptive k the split between accepted and target tokens would depend on measured timings
-    app = ChatApp(options(model_path, k=4, max_tokens=32))
+    # k fixed and one chain: with adaptive k, or token trees (whose shape the policy picks from measured pass
+    # costs), the split between accepted and target tokens would depend on measured timings
+    app = ChatApp(options(model_path, k=4, branches=1, max_tokens=32))
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await ask(pilot, REPEAT_PROMPT)

@@ -246,9 +246,11 @@ def replay_records(
 
 
 def _priced(r: RunRecord, got: Stats, *, drafted: bool) -> RunRecord:
-    """``r`` with the timing and acceptance of its replay (the same fields a live run reports)."""
+    """``r`` with the timing, acceptance and tree counts of its replay (the same fields a live run reports)."""
     return replace(
         r, decode_seconds=got.decode_seconds, tokens_per_second=got.tokens_per_second,
         acceptance_rate=got.acceptance_rate if drafted else None,
         mean_accepted_length=got.mean_accepted_length if drafted else None,
+        target_passes=got.target_passes if drafted else None, tree_passes=got.tree_passes if drafted else None,
+        branches=got.branches if drafted else None,
     )

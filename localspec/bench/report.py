@@ -68,6 +68,11 @@ class PromptResult:
     compared_runs: int
     divergences: list[tuple[int, Divergence]] = field(default_factory=list)  # (repeat, where)
     spread: float | None = None  # largest ÷ smallest per-repeat speedup, minus 1 (None: fewer than 2 repeats)
+    # token trees (None where nothing was drafted, or the runs predate trees): the median over repeats of the tree
+    # passes and of their share of target passes, and the branches per tree pass over all repeats (None: no tree)
+    tree_passes: float | None = None
+    tree_share: float | None = None
+    branches_per_tree_pass: float | None = None
 
 
 @dataclass(slots=True)
@@ -86,6 +91,8 @@ class GroupResult:
     near_ties: int
     beyond_margin: int  # divergences whose logit gap exceeds the noise margin: what a loop bug would look like
     unclassified: int  # no gap measured (anchors are compared by text; interrupted classification)
+    tree_share: float | None = None  # median over prompts of the share of target passes that verified a token tree
+    branches_per_tree_pass: float | None = None  # median over the prompts that verified trees
 
 
 @dataclass(slots=True)
@@ -168,10 +175,18 @@ def build_report(
             len(compared),
             [(r.repeat, r.divergence) for r in compared if r.divergence is not None],
             max(ratios) / min(ratios) - 1 if len(ratios) > 1 else None,
+            _median(r.tree_passes for r in runs),
+            _median(r.tree_share for r in runs),
+            _branches_per_tree_pass(runs),
         ))
     cats = list(categories) if categories is not None else list(dict.fromkeys(r.category for r in records))
     return Report(model, machine, suite, command, list(drafters), repeat, results, cats, interrupted,
                   planned_runs, len(records), replayed_on)
+
+
+def _branches_per_tree_pass(runs: Sequence[RunRecord]) -> float | None:
+    trees = sum(r.tree_passes or 0 for r in runs)
+    return sum(r.branches or 0 for r in runs) / trees if trees else None
 
 
 def _group(category: str, drafter: str, results: list[PromptResult]) -> GroupResult:
@@ -187,6 +202,8 @@ def _group(category: str, drafter: str, results: list[PromptResult]) -> GroupRes
         sum(1 for d in divs if d.near_tie is True),
         sum(1 for d in divs if d.near_tie is False),
         sum(1 for d in divs if d.near_tie is None),
+        _median(r.tree_share for r in results),
+        _median(r.branches_per_tree_pass for r in results),
     )
 
 
@@ -224,16 +241,31 @@ def to_json(report: Report) -> dict[str, Any]:
              "acceptance_rate": _r(r.acceptance_rate), "mean_accepted_length": _r(r.mean_accepted_length),
              "identical_to_baseline": r.identical_to_baseline, "runs": r.runs,
              "identical_runs": r.identical_runs, "compared_runs": r.compared_runs, "spread": _r(r.spread),
-             "divergences": [_divergence_json(rep, d) for rep, d in r.divergences]}
+             "divergences": [_divergence_json(rep, d) for rep, d in r.divergences],
+             "tree_passes": _r(r.tree_passes, 1), "tree_pass_share": _r(r.tree_share),
+             "branches_per_tree_pass": _r(r.branches_per_tree_pass, 2)}
             for r in report.results
         ],
         "summary": summary,
+        # the table's rows: per category (and "(all)") × drafter, medians over prompts
+        "groups": [
+            {"category": g.category, "drafter": g.drafter, "prompts": g.prompts,
+             "median_tokens_per_second": _r(g.tokens_per_second, 2), "median_speedup": _r(g.speedup),
+             "median_acceptance_rate": _r(g.acceptance_rate), "median_tokens_per_pass": _r(g.mean_accepted_length),
+             "median_tree_pass_share": _r(g.tree_share),
+             "median_branches_per_tree_pass": _r(g.branches_per_tree_pass, 2),
+             "identical_runs": g.identical_runs, "compared_runs": g.compared_runs}
+            for g in report.groups()
+        ],
     }
 
 
 # ---- terminal and Markdown tables ----------------------------------------------------------------------------------
 
-_HEADERS = ("category", "drafter", "tok/s", "speedup", "accepted", "tokens/pass", "identical")
+# the tree columns come last, after the lossless check, so that existing readers of the table keep their columns
+_HEADERS = ("category", "drafter", "tok/s", "speedup", "accepted", "tokens/pass", "identical", "tree passes",
+            "branches/tree")
+IDENTICAL = _HEADERS.index("identical")
 
 
 def _cells(g: GroupResult) -> tuple[str, ...]:
@@ -244,7 +276,12 @@ def _cells(g: GroupResult) -> tuple[str, ...]:
         "–" if g.acceptance_rate is None else f"{g.acceptance_rate:.0%}",
         "–" if g.mean_accepted_length is None else f"{g.mean_accepted_length:.2f}",
         _identical_cell(g),
+        *_tree_cells(g.tree_share, g.branches_per_tree_pass),
     )
+
+
+def _tree_cells(share: float | None, per_tree: float | None) -> tuple[str, str]:
+    return ("–" if share is None else f"{share:.0%}", "–" if per_tree is None else f"{per_tree:.1f}")
 
 
 def _identical_cell(g: GroupResult) -> str:
@@ -272,9 +309,9 @@ def render_table(report: Report) -> Table:
         previous = g.category
         cells = list(_cells(g))
         if g.beyond_margin:
-            cells[-1] = f"[bold red]{cells[-1]}[/]"
+            cells[IDENTICAL] = f"[bold red]{cells[IDENTICAL]}[/]"
         elif g.near_ties or g.unclassified:
-            cells[-1] = f"[yellow]{cells[-1]}[/]"
+            cells[IDENTICAL] = f"[yellow]{cells[IDENTICAL]}[/]"
         table.add_row(*cells)
     return table
 
@@ -296,6 +333,8 @@ def to_markdown(report: Report, chart: str | None = None) -> str:
         f"llama-cpp-python {m.llama_cpp_version}",
         "- tok/s is timed from the first generated token; speedup is against target-only decoding (`none`) on the "
         "same prompt in the same repeat; tokens/pass is the mean accepted length (1.00 = plain decoding)",
+        "- tree passes is the share of target passes that verified a token tree (several candidate continuations "
+        "at once, `--branches`); branches/tree is how many branches such a pass verified",
     ]
     if report.replayed_on:
         lines.append(f"- **replayed on {report.replayed_on}**: the same outputs drafted again with the policy "
@@ -307,8 +346,9 @@ def to_markdown(report: Report, chart: str | None = None) -> str:
     if chart:
         lines += ["", f"![speedup by category and drafter]({chart})"]
     lines += ["", "## Per prompt", "",
-              _md_row(("prompt", "category", "drafter", "tok/s", "speedup", "accepted", "tokens/pass", "identical")),
-              _md_row(("---",) * 8)]
+              _md_row(("prompt", "category", "drafter", "tok/s", "speedup", "accepted", "tokens/pass", "identical",
+                       "tree passes", "branches/tree")),
+              _md_row(("---",) * 10)]
     for r in report.results:
         lines.append(_md_row((
             r.prompt_id, r.category, r.drafter, f"{r.tokens_per_second:.1f}",
@@ -316,6 +356,7 @@ def to_markdown(report: Report, chart: str | None = None) -> str:
             "–" if r.acceptance_rate is None else f"{r.acceptance_rate:.0%}",
             "–" if r.mean_accepted_length is None else f"{r.mean_accepted_length:.2f}",
             "–" if not r.compared_runs else f"{r.identical_runs}/{r.compared_runs}",
+            *_tree_cells(r.tree_share, r.branches_per_tree_pass),
         )))
     lines += ["", "## Lossless check", ""]
     divs = divergence_lines(report)

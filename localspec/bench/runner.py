@@ -170,6 +170,8 @@ class Bench:
             prompt.id, prompt.category, drafter, repeat, tokens, "".join(pieces) + finished.tail,
             s.generated_tokens, s.decode_seconds, s.tokens_per_second,
             s.acceptance_rate if drafted else None, s.mean_accepted_length if drafted else None, s.stop_reason,
+            target_passes=s.target_passes if drafted else None, tree_passes=s.tree_passes if drafted else None,
+            branches=s.branches if drafted else None,
         )
 
     def _gap(self, baseline: RunRecord, run: RunRecord, div: Divergence) -> float | None:

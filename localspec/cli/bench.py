@@ -235,10 +235,14 @@ def _note(line: str) -> None:
 
 
 def _command(**given: object) -> str:
-    """The command line that reproduces this run (recorded in the report): every option that was given."""
+    """The command line that reproduces this run (recorded in the report): every option that was given (a shared
+    option at its declared default, such as ``--branches 1``, is left out)."""
     flags = {o.name: o.flags[0] for o in OPTIONS}
+    defaults = {o.name: o.default for o in OPTIONS}
     parts = ["localspec", "bench"]
     for name, value in given.items():
+        if name in defaults and value == defaults[name]:
+            continue
         flag = flags.get(name, f"--{name.replace('_', '-')}")
         if isinstance(value, Path):  # relative to where it ran: the report must not carry this machine's paths
             value = os.path.relpath(value)

@@ -19,7 +19,8 @@ def stats_lines(stats: Stats, drafter: str, *, device: str = "") -> list[str]:
             f"drafter {drafter}: {stats.target_passes} target passes, drafted {stats.drafted},"
             f" accepted {stats.accepted} ({stats.acceptance_rate:.1%}),"
             f" {stats.mean_accepted_length:.2f} tokens/pass"
-            f" · time draft {stats.draft_seconds:.2f} s / verify {stats.verify_seconds:.2f} s"
+            + (f" ({stats.tree_passes} tree passes, {stats.branches} branches)" if stats.tree_passes else "")
+            + f" · time draft {stats.draft_seconds:.2f} s / verify {stats.verify_seconds:.2f} s"
         )
         if stats.accepted_by_position:
             shown = stats.accepted_by_position[:8]

@@ -21,7 +21,9 @@ paste keeps all its lines. The answer streams in as the target accepts tokens.
 
 Colours: green tokens came from the drafter and the target accepted them; plain
 ones the target wrote itself; dim struck-through text (briefly) is a draft the
-target rejected, shown where it was rejected.
+target rejected, shown where it was rejected. When a pass verified several
+candidate continuations at once (a token tree, --branches), the green tokens
+are the branch that won, and each losing branch follows in [brackets].
 
 Keys
   Enter         send                  Shift+Enter, Ctrl+J   new line
@@ -41,8 +43,9 @@ Keys
 Conversations are saved as they happen; `localspec chat --resume` continues the
 latest. Stats: tok/s is generated tokens over decoding time; acceptance is
 accepted / drafted tokens; length is tokens gained per target pass (1.0: plain
-decoding). The speedup estimates how much longer target-only decoding would have
-taken, from the measured cost of one plain step.
+decoding); branches (once a pass verified a token tree) is the candidates per
+tree pass, and how many passes were trees. The speedup estimates how much longer
+target-only decoding would have taken, from the measured cost of one plain step.
 """
 
 

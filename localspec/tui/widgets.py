@@ -15,13 +15,14 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Label, Sparkline, Static
 
-from localspec.events import Stats, Step
+from localspec.events import Stats, Step, Token
 from localspec.tui.conversation import Turn, answer_summary
 
 # Styles are theme variables, resolved by Textual when the Content renders, so the colours follow the theme.
 ACCEPTED_STYLE = "$text-success"
 TARGET_STYLE = ""
 GHOST_STYLE = "dim strike $text-error"
+BRANCH_MARK_STYLE = "dim $text-error"  # the brackets around a losing branch of a token tree (not struck through)
 STYLE_BY_KIND = {"draft": ACCEPTED_STYLE, "target": TARGET_STYLE, "ghost": GHOST_STYLE}
 
 GHOST_SECONDS = 1.2  # how long rejected drafts stay on screen: long enough to see, short enough not to clutter
@@ -29,16 +30,20 @@ GHOST_SECONDS = 1.2  # how long rejected drafts stay on screen: long enough to s
 
 @dataclass
 class Run:
-    """Consecutive text of one kind (draft | target | ghost); ghosts carry the time they disappear."""
+    """Consecutive text of one kind (draft | target | ghost); ghosts carry the time they disappear. A ``branch``
+    ghost is a losing branch of a token tree: shown in brackets, as an alternative to the text around it."""
 
     text: str
     kind: str
     expires: float = 0.0
+    branch: bool = False
 
 
 class AnswerView(Vertical):
     """The assistant's answer, token by token: accepted drafts coloured, the target's own tokens plain,
-    rejected drafts as short-lived struck-through ghosts at the point where they were rejected.
+    rejected drafts as short-lived struck-through ghosts at the point where they were rejected. A pass that verified
+    a token tree shows its winning branch the same way (accepted, then its rejected rest), followed by each losing
+    branch as a ghost of its own, in brackets.
 
     Only the tail of a long answer is re-rendered: once the live text passes ``FREEZE_CHARS``, its finished lines
     move into a part of their own that is rendered once. Re-rendering a whole long answer every frame costs the
@@ -84,13 +89,18 @@ class AnswerView(Vertical):
     def add_step(self, step: Step, now: float) -> None:
         for token in step.accepted:
             self._append(token.text, "draft")
-        if step.rejected and self.show_ghosts:
-            ghost = "".join(t.text for t in step.rejected)
-            if ghost:
-                self._runs.append(Run(ghost, "ghost", now + self.ghost_seconds))
-                self._dirty = True
+        if self.show_ghosts:
+            self._ghost(step.rejected, now)
+            for run in step.rejected_branches:
+                self._ghost(run, now, branch=True)
         if step.target is not None:
             self._append(step.target.text, "target")
+
+    def _ghost(self, tokens: tuple[Token, ...], now: float, *, branch: bool = False) -> None:
+        ghost = "".join(t.text for t in tokens)
+        if ghost:
+            self._runs.append(Run(ghost, "ghost", now + self.ghost_seconds, branch))
+            self._dirty = True
 
     def add_text(self, text: str, kind: str = "target") -> None:
         self._append(text, kind)
@@ -143,7 +153,13 @@ class AnswerView(Vertical):
 
 
 def _assemble(runs: list[Run]) -> Content:
-    return Content.assemble(*((r.text, STYLE_BY_KIND[r.kind]) for r in runs))
+    parts: list[tuple[str, str]] = []
+    for r in runs:
+        if r.branch:
+            parts += [("[", BRANCH_MARK_STYLE), (r.text, GHOST_STYLE), ("]", BRANCH_MARK_STYLE)]
+        else:
+            parts.append((r.text, STYLE_BY_KIND[r.kind]))
+    return Content.assemble(*parts)
 
 
 class Transcript(VerticalScroll):
@@ -257,6 +273,10 @@ class StatsPanel(Vertical):
                 f"accept   {accept}  ({stats.accepted}/{stats.drafted})\n"
                 f"length   {stats.mean_accepted_length:.2f} tokens/pass"
             )
+            if stats.tree_passes:  # passes that verified several candidate branches at once (--branches)
+                per_tree = stats.branches / stats.tree_passes
+                trees = f"{stats.tree_passes} tree" + ("s" if stats.tree_passes != 1 else "")
+                rates += f"\nbranches {per_tree:.1f} per tree, {trees}"
             positions = position_bars(stats.accepted_by_position)
         self.query_one("#rates", Static).update(Content(rates))
         self.query_one("#positions", Static).update(positions)
@@ -303,7 +323,9 @@ class Legend(Static):
             ("Legend\n", "bold"),
             ("accepted", ACCEPTED_STYLE), ("  drafted, target agreed\n", "dim"),
             ("produced", TARGET_STYLE), ("  the target's own token\n", "dim"),
-            ("rejected", GHOST_STYLE), (f"  refused draft ({'shown' if ghosts else 'hidden'})", "dim"),
+            ("rejected", GHOST_STYLE), (f"  refused draft ({'shown' if ghosts else 'hidden'})\n", "dim"),
+            ("[", BRANCH_MARK_STYLE), ("rejected", GHOST_STYLE), ("]", BRANCH_MARK_STYLE),
+            ("  losing tree branch", "dim"),
         )
 
     def set_ghosts(self, ghosts: bool) -> None:
