@@ -122,3 +122,29 @@ def test_the_oracle_copies_only_what_has_been_generated() -> None:
     flat = CostTable("flat", {1: 1.0, 2: 1.0, 17: 1.0})
     # after [5, 6] a run of 7s: each step can copy only the 7s already there, so the copies double in length
     assert replay_oracle([5, 6], [7] * 20, flat).target_passes >= 4
+
+
+def test_a_replayed_tree_pass_answers_on_the_replayed_path_only_and_costs_all_its_nodes() -> None:
+    from localspec.bench.replay import _Clock, _KnownTarget
+
+    table = load_cost_table("h100")
+    clock = _Clock()
+    target = _KnownTarget([1, 2, 3, 4, 5], table, clock, eog=False)
+    target.feed([1])  # the cache holds the prompt but its last token, 2, which is pending
+    # rows: 2 (pending), 3 (right), 9 (wrong), 4 (right, after 3), 8 (after the wrong 9)
+    best = target.decode_tree_argmax([2, 3, 9, 4, 8], [-1, 0, 0, 1, 2])
+    assert best == [3, 4, -1, 5, -1]
+    assert clock.now == pytest.approx(table.step(5))
+    target.keep_path([0, 1, 3])
+    assert target.tokens == [1, 2, 3, 4]
+
+
+def test_with_one_candidate_a_step_allowed_trees_is_exactly_the_chain() -> None:
+    """Every n-gram of the passage occurs once: there is never a second candidate, so --branches 4 must replay
+    exactly as one chain, pass for pass."""
+    table = load_cost_table("h100")
+    chain = replay("ngram", PROMPT, OUTPUT, table, branches=1)
+    tree = replay("ngram", PROMPT, OUTPUT, table, branches=4)
+    assert tree.tree_passes == 0
+    assert (tree.target_passes, tree.drafted, tree.accepted) == (chain.target_passes, chain.drafted, chain.accepted)
+    assert tree.decode_seconds == chain.decode_seconds

@@ -224,9 +224,10 @@ def replay_oracle(
 
 def replay_records(
     records: Sequence[RunRecord], prompts: Mapping[str, Sequence[int]], table: CostTable, *, fixed_k: int | None,
-    with_draft_model: bool, k_max: int = 16,
+    with_draft_model: bool, k_max: int = 16, branches: int = 1,
 ) -> tuple[list[RunRecord], list[str]]:
-    """Every run priced on ``table`` (its tokens drafted again by the same drafter and policy), plus an ``oracle``
+    """Every run priced on ``table`` (its tokens drafted again by the same drafter and policy, with trees of up to
+    ``branches`` candidates), plus an ``oracle`` (a chain's ceiling)
     run per baseline; and the entries that could not be replayed (anchors, and drafters that need a model: ``auto``
     too when it had a draft model to fall back on)."""
     out: list[RunRecord] = []
@@ -237,7 +238,8 @@ def replay_records(
             skipped.append(r.drafter)
             continue
         prompt, eog = prompts[r.prompt_id], r.stop_reason == "eog"
-        got = replay(name, prompt, r.tokens, table, k=fixed_k if k is None else k, k_max=k_max, eog=eog)
+        got = replay(name, prompt, r.tokens, table, k=fixed_k if k is None else k, k_max=k_max, eog=eog,
+                     branches=branches)
         out.append(_priced(r, got, drafted=name != BASELINE))
         if name == BASELINE:
             oracle = replay_oracle(prompt, r.tokens, table, k_max, eog=eog)

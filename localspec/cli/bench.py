@@ -197,7 +197,8 @@ def _replay(records: list, runner: Bench, table: CostTable, names: list[str], op
               "the replay prices these outputs on that model's pass costs")
     prompts = {p.id: runner.prompt_tokens(p) for p in runner.suite.prompts}
     priced, skipped = replay_records(records, prompts, table, fixed_k=options.speculation.k,
-                                     with_draft_model=options.speculation.draft_model is not None)
+                                     with_draft_model=options.speculation.draft_model is not None,
+                                     branches=options.speculation.branches)
     if skipped:
         _note(f"localspec: not replayed: {', '.join(skipped)} (anchors, and drafters that draft with a model, "
               f"whose cost on {table.device} the table does not hold)")
