@@ -72,9 +72,11 @@ def test_model_drafters_cannot_be_replayed() -> None:
 
 
 def test_drafter_variants() -> None:
-    assert split_variant("ngram") == ("ngram", None)
-    assert split_variant("ngram:k7") == ("ngram", 7)
-    for bad in ("ngram:7", "ngram:k", "ngram:k99", "ngram:kx"):
+    assert split_variant("ngram") == ("ngram", None, None)
+    assert split_variant("ngram:k7") == ("ngram", 7, None)
+    assert split_variant("ngram:b4") == ("ngram", None, 4)
+    assert split_variant("ngram:k3b2") == ("ngram", 3, 2)
+    for bad in ("ngram:7", "ngram:k", "ngram:k99", "ngram:kx", "ngram:b0", "ngram:b9", "ngram:b4k3"):
         with pytest.raises(UserError, match="NAME:kN"):
             split_variant(bad)
 

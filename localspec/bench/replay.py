@@ -233,13 +233,13 @@ def replay_records(
     out: list[RunRecord] = []
     skipped: list[str] = []
     for r in records:
-        name, k = (r.drafter, None) if r.anchor else split_variant(r.drafter)
+        name, k, b = (r.drafter, None, None) if r.anchor else split_variant(r.drafter)
         if r.anchor or name not in REPLAYABLE or (name == "auto" and with_draft_model) or r.prompt_id not in prompts:
             skipped.append(r.drafter)
             continue
         prompt, eog = prompts[r.prompt_id], r.stop_reason == "eog"
         got = replay(name, prompt, r.tokens, table, k=fixed_k if k is None else k, k_max=k_max, eog=eog,
-                     branches=branches)
+                     branches=branches if b is None else b)
         out.append(_priced(r, got, drafted=name != BASELINE))
         if name == BASELINE:
             oracle = replay_oracle(prompt, r.tokens, table, k_max, eog=eog)

@@ -9,6 +9,7 @@ Each run starts from an empty KV cache and a fresh draft-length policy, so no ru
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from localspec.bench.records import RunRecord
 from localspec.bench.suite import BenchPrompt, Suite
 from localspec.errors import UserError
 from localspec.events import Finished, Step
-from localspec.settings import DRAFTERS, GenerationSettings, SpeculationSettings
+from localspec.settings import BRANCHES_MAX, DRAFTERS, GenerationSettings, SpeculationSettings
 
 if TYPE_CHECKING:
     from localspec.runtime import Runtime
@@ -46,15 +47,19 @@ def schedule(n_prompts: int, drafters: Sequence[str], repeat: int) -> list[Job]:
     return jobs
 
 
-def split_variant(name: str) -> tuple[str, int | None]:
-    """``ngram:k7`` → ("ngram", 7): a drafter with its draft length pinned; ``ngram`` → ("ngram", None)."""
+def split_variant(name: str) -> tuple[str, int | None, int | None]:
+    """``ngram:k7`` → ("ngram", 7, None): a drafter with its draft length pinned; ``ngram:b4`` → ("ngram", None, 4):
+    token trees of up to 4 candidates; ``ngram:k3b4`` both; ``ngram`` → ("ngram", None, None)."""
     drafter, _, variant = name.partition(":")
     if not variant:
-        return drafter, None
-    if not (variant.startswith("k") and variant[1:].isdigit() and int(variant[1:]) <= K_MAX):
-        raise UserError(f"bad drafter variant {name!r} in --drafters: write NAME:kN with N from 0 to {K_MAX}, "
-                        "e.g. ngram:k7")
-    return drafter, int(variant[1:])
+        return drafter, None, None
+    found = re.fullmatch(r"(?:k(\d+))?(?:b(\d+))?", variant)
+    k, b = (int(g) if g else None for g in found.groups()) if found else (None, None)
+    if (not found or (k is None and b is None) or (k is not None and k > K_MAX)
+            or (b is not None and not 1 <= b <= BRANCHES_MAX)):
+        raise UserError(f"bad drafter variant {name!r} in --drafters: write NAME:kN (N from 0 to {K_MAX}), NAME:bM "
+                        f"(M from 1 to {BRANCHES_MAX} branches) or NAME:kNbM, e.g. ngram:k7 or ngram:b4")
+    return drafter, k, b
 
 
 def parse_drafters(spec: str, *, draft_model: str | None, anchors: bool) -> list[str]:
@@ -87,8 +92,11 @@ class Bench:
     """Drives a :class:`localspec.runtime.Runtime` (and optionally the anchors) through a suite."""
 
     def __init__(self, rt: Runtime, suite: Suite, drafters: Sequence[str], repeat: int,
-                 anchors: anchor_names.Anchors | None = None) -> None:
+                 anchors: anchor_names.Anchors | None = None, branches: int = 1) -> None:
+        """``branches``: --branches for every drafter (NAME:bM overrides it per entry; the runtime's context must
+        hold as many sequences as the widest entry)."""
         self.rt = rt
+        self.branches = branches
         self.suite = suite
         self.drafters = list(drafters)
         self.repeat = repeat
@@ -144,12 +152,13 @@ class Bench:
             return RunRecord(prompt.id, prompt.category, drafter, repeat, retokenized, a.text, a.generated_tokens,
                              a.decode_seconds, a.tokens_per_second, stop_reason=a.stop_reason, anchor=True)
         rt = self.rt
-        name, k = split_variant(drafter)
+        name, k, branches = split_variant(drafter)
         rt.set_drafter(name)
         # the policy learns acceptance and costs across generations: a measurement must not inherit what an earlier
         # run (or another drafter) taught it, so it starts again from its calibration
         rt.generator.policy.reset()
         rt.generator.policy.fixed = self._fixed_k if k is None else k
+        rt.generator.policy.branches = self.branches if branches is None else branches
         rt.context.clear()  # each run prefills its prompt from scratch, the same way (batching moves logits)
         tokens: list[int] = []
         pieces: list[str] = []

@@ -37,7 +37,8 @@ def bench(
         "(grounded copy/extract/edit, code, chat, creative).")] = None,
     drafters: Annotated[str | None, typer.Option(
         "--drafters", help="Comma-separated drafters to compare: none, ngram, draft, early-exit, auto. Default: "
-        f"{DEFAULT_DRAFTERS} (+ draft when --draft is given). Target-only (none) is always measured.")] = None,
+        f"{DEFAULT_DRAFTERS} (+ draft when --draft is given). Target-only (none) is always measured. NAME:kN pins "
+        "one entry's draft length, NAME:bM its token-tree branches (NAME:kNbM both).")] = None,
     repeat: Annotated[int, typer.Option("--repeat", "-r", help="Runs of every (prompt, drafter); medians are "
                                         "reported.")] = 3,
     max_tokens: Annotated[int | None, typer.Option(
@@ -75,9 +76,12 @@ def bench(
       localspec bench --profile qwen2.5-7b --repeat 1
 
       localspec bench --drafters none,ngram,ngram:k3,ngram:k7 --replay-costs h100
+
+      localspec bench --drafters none,ngram,ngram:b4 --replay-costs h100   (one chain against token trees)
     """
     from localspec.bench import report as rep
-    from localspec.bench.runner import Bench, parse_drafters, schedule
+    from localspec.bench.anchors import NAMES as anchor_names
+    from localspec.bench.runner import Bench, parse_drafters, schedule, split_variant
     from localspec.bench.suite import load_suite
     from localspec.engine import library_version
     from localspec.runtime import Runtime
@@ -111,9 +115,12 @@ def bench(
         # a first Ctrl-C while the model loads stops the load (llama.cpp polls the flag); afterwards it interrupts
         # the benchmark, which then reports the runs that finished
         with ctrl_c_as_request() as cancelled:
-            # bench decodes greedily and switches drafters per run: the runtime opens with none
-            opened = Runtime.open(replace(options, speculation=replace(options.speculation, drafter="none")),
-                                  cancelled=cancelled)
+            # bench decodes greedily and switches drafters per run: the runtime opens with none, and with a
+            # sequence for every branch the widest entry (NAME:bM) may verify
+            widest = max([options.speculation.branches, *(split_variant(n)[2] or 1 for n in names
+                                                           if n not in anchor_names)])
+            opened = Runtime.open(replace(options, speculation=replace(options.speculation, drafter="none",
+                                                                       branches=widest)), cancelled=cancelled)
         with opened as rt:
             for notice in rt.notices:
                 _note(f"localspec: {notice}")
@@ -124,7 +131,7 @@ def bench(
                 anchor_set = Anchors(rt.model.path, n_ctx=rt.context.n_ctx, n_threads=runtime.threads(),
                                      n_gpu_layers=runtime.n_gpu_layers)
             try:
-                runner = Bench(rt, the_suite, names, repeat, anchor_set)
+                runner = Bench(rt, the_suite, names, repeat, anchor_set, branches=options.speculation.branches)
                 jobs = schedule(len(the_suite.prompts), names, repeat)
                 outcome = _run_with_progress(runner, jobs, err)
                 runner.check(outcome.records)
