@@ -150,3 +150,12 @@ def test_the_policy_branches_where_passes_are_cheap_and_not_where_they_are_linea
         shapes[name] = (len(trimmed.candidates), len(trimmed))
     assert shapes["h100"][0] == 2, shapes  # the second candidate is worth its nodes
     assert shapes["linear"][0] <= 1, shapes  # every node costs a pass's worth: one chain, or nothing
+
+
+def test_trimming_a_draft_cuts_every_candidate_it_keeps() -> None:
+    """The first candidate is often the shortest (a followed source running into the end of the history): the
+    others must still be cut to the chosen depth, or the tree holds more nodes than the policy priced."""
+    draft = Draft([1, 2], None, "ngram", "ngram/1", ([3, 4, 5, 6], [7, 8, 9]))
+    assert draft.trimmed(3, 2).others == ([3, 4, 5],)
+    assert draft.trimmed(3, 3).others == ([3, 4, 5], [7, 8, 9])
+    assert draft.trimmed(8, 3) is draft and draft.trimmed(2, 1).others == ()

@@ -35,7 +35,7 @@ class Draft:
 
     def trimmed(self, k: int, width: int = 1) -> Draft:
         """The first ``width`` candidates, each cut to ``k`` tokens."""
-        if k >= len(self.tokens) and width > len(self.others):
+        if width > len(self.others) and all(k >= len(c) for c in self.candidates):
             return self
         dists = self.dists[:k] if self.dists is not None else None
         others = tuple(c[:k] for c in self.others[: width - 1])
