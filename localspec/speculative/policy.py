@@ -241,10 +241,13 @@ class DraftPolicy:
         depths = range(1, depth + 1) if self.fixed is None else [min(self.fixed, depth)]
         for w in range(2, len(candidates) + 1):
             survival = self._survival_of(_wide(draft.kind, w))
-            if not survival.reached or survival.reached[0] < _TREE_EVIDENCE:
-                continue
+            # only as deep as this width has been seen: past that its estimate is the last seen position's, again
+            # and again, and one deep tree that fails costs a long pass for nothing
+            seen = next((j for j, n in enumerate(survival.reached) if n < _TREE_EVIDENCE), len(survival.reached))
             expected = survival.expected_accepted(depth)
             for d in depths:
+                if d > seen:
+                    break
                 nodes = sizes[w - 1][d]
                 if nodes > self.k_max:
                     break
