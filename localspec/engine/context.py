@@ -17,6 +17,11 @@ Token trees (``n_seq`` > 1): ``decode_tree`` scores a tree's nodes in one pass. 
 llama.cpp sequence in a unified KV cache: the cached history is shared with every branch (``seq_cp``), and a node
 carries the seq ids of every branch through it, so llama.cpp's mask lets it attend to its ancestors only.
 ``keep_path`` then keeps one path and hands it back to sequence 0 (``seq_rm`` / ``seq_keep`` / ``seq_cp``).
+What llama.cpp requires of such a batch (llama-batch.cpp, llama-context.cpp): each sequence's positions continue its
+cached ones (hence the ``seq_cp`` of the history first) and increase in batch order (parents first); the mask and
+the backend sampler go by a token's *first* seq id (every ancestor carries it), raw logits are copied if any of a
+token's seq ids lacks a sampler (hence a greedy chain on every sequence), and ``n_outputs_max_per_seq`` counts a
+token once per seq id it carries.
 
 Ties: numpy's argmax takes the first of equal maxima, ggml's CPU argmax the last, its CUDA argmax the one its
 parallel reduction keeps. Exact float ties at the top are rare; where one occurs both paths give a maximal token.
