@@ -15,6 +15,7 @@ from localspec.errors import UserError
 from localspec.events import Step
 from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from tests.near_ties import batch_noise, top2_gap
 
 GREEDY = SamplingSettings()
 GROUNDED = [
@@ -53,25 +54,6 @@ def generate(rt: Runtime, prompt: str, drafter: str, k: int | None, n: int = 48)
     steps = [e for e in rt.generator.generate(rt.prompt_tokens(prompt), GenerationSettings(max_tokens=n))
              if isinstance(e, Step)]
     return [t.id for s in steps for t in s.emitted], steps
-
-
-def batch_noise(model: Model, tokens: list[int]) -> float:
-    """Max |Δ| of the top-5 logits between decoding ``tokens`` in one batch and one at a time."""
-    with Context(model, n_ctx=512) as batched, Context(model, n_ctx=512) as single:
-        rows = batched.decode(tokens, all_logits=True).copy()
-        worst = 0.0
-        for i, t in enumerate(tokens):
-            row = single.decode([t], all_logits=True)[0]
-            top = np.argsort(row)[-5:]
-            worst = max(worst, float(np.abs(rows[i][top] - row[top]).max()))
-    return worst
-
-
-def top2_gap(model: Model, tokens: list[int]) -> float:
-    with Context(model, n_ctx=512) as ctx:
-        row = ctx.decode(tokens)[-1]
-        a, b = np.sort(row)[-2:]
-    return float(b - a)
 
 
 @pytest.mark.parametrize("drafter,k", [("ngram", 4), ("ngram", None), ("auto", None), ("early-exit", 3)])

@@ -25,6 +25,8 @@ from localspec.events import Finished, Step
 from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.tree import TokenTree
+from tests.near_ties import batch_noise, top2_gap
 
 GREEDY = SamplingSettings()
 ROWS = 17  # greedy_rows: pending + 16 nodes, what a k_max of 16 verifies
@@ -49,22 +51,10 @@ def model(model_path: Path) -> Iterator[Model]:
 def trie(candidates: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[list[int]]]:
     """A pass's rows for ``candidates`` merged on shared prefixes: tokens and parents ([pending] not included:
     node i is row i + 1, its parent row ``parents[i]``, 0 for the pending token), and each candidate's rows."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    children: dict[tuple[int, int], int] = {}
-    paths = []
-    for candidate in candidates:
-        row, path = 0, []
-        for token in candidate:
-            child = children.get((row, token))
-            if child is None:
-                tokens.append(token)
-                parents.append(row)
-                child = children[(row, token)] = len(tokens)
-            row = child
-            path.append(row)
-        paths.append(path)
-    return tokens, parents, paths
+    tree = TokenTree.of(candidates)
+    ends = {tuple(tree.tokens[m] for m in tree.path(n)): n for n in range(len(tree))}
+    paths = [[n + 1 for n in tree.path(ends[tuple(c)])] if c else [] for c in candidates]
+    return list(tree.tokens), [parent + 1 for parent in tree.parents], paths
 
 
 def fits(candidates: Sequence[Sequence[int]]) -> bool:
@@ -325,25 +315,6 @@ PROMPTS = [
     "Q: What is the capital of Italy? A: Rome.\nQ: What is the capital of Germany? A: Berlin.\n"
     "Now the same questions in another order.\nQ: What is the capital of Spain? A:",
 ]
-
-
-def batch_noise(model: Model, tokens: list[int]) -> float:
-    """Max |Δ| of the top-5 logits between decoding ``tokens`` in one batch and one at a time (as
-    test_speculative_real measures it)."""
-    with Context(model, n_ctx=512) as batched, Context(model, n_ctx=512) as single:
-        rows = batched.decode(tokens, all_logits=True).copy()
-        worst = 0.0
-        for i, t in enumerate(tokens):
-            row = single.decode([t], all_logits=True)[0]
-            top = np.argsort(row)[-5:]
-            worst = max(worst, float(np.abs(rows[i][top] - row[top]).max()))
-    return worst
-
-
-def top2_gap(model: Model, tokens: list[int]) -> float:
-    with Context(model, n_ctx=512) as ctx:
-        a, b = np.sort(ctx.decode(tokens)[-1])[-2:]
-    return float(b - a)
 
 
 def generate_plain(rt: Runtime, tokens: list[int], n: int) -> list[int]:
