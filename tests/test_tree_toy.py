@@ -159,3 +159,19 @@ def test_trimming_a_draft_cuts_every_candidate_it_keeps() -> None:
     assert draft.trimmed(3, 2).others == ([3, 4, 5],)
     assert draft.trimmed(3, 3).others == ([3, 4, 5], [7, 8, 9])
     assert draft.trimmed(8, 3) is draft and draft.trimmed(2, 1).others == ()
+
+
+class Extending(ScriptedTrees):
+    """A short first candidate and a second that goes on from it: together, one longer chain."""
+
+    def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
+        truth = plain_greedy(TARGET, history, 5)
+        return Draft(truth[:2], None, self.name, self.name, (truth,))
+
+
+def test_candidates_that_extend_one_another_are_verified_as_their_whole_chain() -> None:
+    prompt = PROMPTS[1]
+    got, steps, ctx, _ = generate([Extending(2, 5, 0)], prompt, DraftPolicy(fixed=5), max_tokens=30)
+    assert got == plain_greedy(TARGET, prompt, 30)
+    assert ctx.tree_passes == 0  # one chain, no tree
+    assert steps[0].k == 5 and len(steps[0].accepted) == 5  # the whole chain, not the first candidate's 2

@@ -18,7 +18,7 @@ from localspec.drafters.base import Draft, Drafter
 from localspec.engine.context import common_prefix
 from localspec.errors import ContextFullError, RollbackUnsupported
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
-from localspec.sampling import PositionalDraws, shape
+from localspec.sampling import Distribution, PositionalDraws, shape
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.text import TextStream
@@ -91,7 +91,7 @@ class Generator:
         t1 = self.clock()
         # verify: one batch, [pending] + the draft (a chain, or a tree's nodes), scored at every position
         chain = tree.branches == 1
-        verdict = self._verify_chain(history, draft) if chain else self._verify_tree(history, tree)
+        verdict = self._verify_chain(history, tree.tokens, draft.dists) if chain else self._verify_tree(history, tree)
         accepted = [tree.tokens[node] for node in verdict.nodes]
         # roll back: keep the pending token and the accepted draft tokens (a chain's prefix, a tree's path)
         self._roll_back([*history, *accepted], None if chain else [0, *(node + 1 for node in verdict.nodes)])
@@ -100,13 +100,14 @@ class Generator:
         self.policy.observe(draft, verdict.n_accepted, t1 - t0, t2 - t1, emitted, len(tree))
         return StepResult(draft, tree, verdict, emitted, t1 - t0, t2 - t1)
 
-    def _verify_chain(self, history: list[int], draft: Draft) -> Verdict:
-        batch = [history[-1], *draft.tokens]
+    def _verify_chain(self, history: list[int], tokens: Sequence[int], dists: list[Distribution] | None) -> Verdict:
+        """``tokens``: the draft as one chain (candidates that only extend one another merge into one)."""
+        batch = [history[-1], *tokens]
         if self.sampling.greedy:  # token ids only, no logits
-            return verify_greedy(draft.tokens, self.target.decode_argmax(batch))
+            return verify_greedy(tokens, self.target.decode_argmax(batch))
         logits = self.target.decode(batch, all_logits=True)
         position = len(history)  # where the first token of this pass lands
-        return verify_sampled(draft.tokens, draft.dists, logits, self.sampling, lambda i: self.draws.at(position + i))
+        return verify_sampled(tokens, dists, logits, self.sampling, lambda i: self.draws.at(position + i))
 
     def _verify_tree(self, history: list[int], tree: TokenTree) -> Verdict:
         """Walk down the tree as the target goes: its argmax, or (one-hot candidates) its token drawn from the
