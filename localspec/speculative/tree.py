@@ -27,6 +27,11 @@ class TokenTree:
     @classmethod
     def of(cls, candidates: Sequence[Sequence[int]]) -> TokenTree:
         """The trie of ``candidates`` (best first); duplicates and prefixes of earlier candidates add nothing."""
+        if len(candidates) == 1:  # every step without a tree: a chain needs no trie
+            chain = tuple(candidates[0])
+            n = len(chain)
+            children = {(i - 1, token): i for i, token in enumerate(chain)}
+            return cls(chain, tuple(range(-1, n - 1)), children, (n - 1,) if n else ())
         tokens: list[int] = []
         parents: list[int] = []
         children: dict[tuple[int, int], int] = {}
@@ -76,6 +81,8 @@ class TokenTree:
     def rejected(self, accepted: Sequence[int]) -> tuple[list[int], list[list[int]]]:
         """The nodes off the accepted path: the rest of the branch that held it (the first branch when nothing was
         accepted), and the other branches' nodes, a run per branch, each node once (what a display shows)."""
+        if len(self._leaves) == 1:  # a chain (one leaf: node i is at depth i): the rest of it
+            return list(range(len(accepted), len(self.tokens))), []
         on_path = set(accepted)
         leaves = list(self._leaves)
         if accepted:
