@@ -179,13 +179,10 @@ class Context:
         n = len(tokens)
         if n > self.max_rows:
             raise ValueError(f"a tree of {n} tokens: this context scores at most {self.max_rows} positions")
-        if self.n_past + n > self.n_ctx:
-            raise ContextFullError(f"context full: a tree of {n} tokens does not fit in --ctx {self.n_ctx}")
         depth, seqs = _tree_sequences(parents)
         if len(seqs[0]) > self.n_seq:
             raise ValueError(f"a tree of {len(seqs[0])} branches: this context holds at most {self.n_seq}")
-        if self._thread != threading.get_ident():
-            self._check_thread()
+        self._check_room(n)
         for s in seqs[0][1:]:  # every branch sees the cached history
             llama_cpp.llama_memory_seq_cp(self._memory, 0, s, -1, -1)
         self._tok[:n] = tokens
@@ -196,16 +193,12 @@ class Context:
             row = self._batch.seq_id[i]
             for j, s in enumerate(ids):
                 row[j] = s
-        self._batch.n_tokens = n
         try:
-            rc = llama_cpp.llama_decode(self.handle, self._batch)
+            self._decode_batch(n)
         finally:
             self._n_seq_id[:n] = 1  # chain passes put every token in sequence 0 only
             for i in range(n):
                 self._batch.seq_id[i][0] = 0
-        if rc != 0:
-            raise ContextFullError("llama.cpp found no room in the KV cache: raise --ctx") if rc == 1 else \
-                RuntimeError(f"llama_decode failed with code {rc}")
         self._tree = (list(tokens), seqs)
 
     def keep_path(self, rows: Sequence[int]) -> None:
@@ -236,13 +229,7 @@ class Context:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode() needs at least one token")
-        if self._thread != threading.get_ident():
-            self._check_thread()
-        if self.n_past + n > self.n_ctx:
-            raise ContextFullError(
-                f"context full: {self.n_past + n} tokens do not fit in --ctx {self.n_ctx} "
-                "(raise --ctx or shorten the prompt)"
-            )
+        self._check_room(n)
         for start in range(0, n, self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             m = len(chunk)
@@ -251,13 +238,27 @@ class Context:
             self._want[:m] = 1 if all_outputs else 0
             if last_output and start + m == n:
                 self._want[m - 1] = 1
-            self._batch.n_tokens = m
-            rc = llama_cpp.llama_decode(self.handle, self._batch)
-            if rc != 0:
-                if rc == 1:
-                    raise ContextFullError("llama.cpp found no room in the KV cache: raise --ctx")
-                raise RuntimeError(f"llama_decode failed with code {rc}")
+            self._decode_batch(m)
             self.tokens.extend(chunk)
+
+    def _check_room(self, n: int) -> None:
+        """Before a pass of ``n`` tokens: decoded from the usual thread, and they fit in the context."""
+        if self._thread != threading.get_ident():
+            self._check_thread()
+        if self.n_past + n > self.n_ctx:
+            raise ContextFullError(
+                f"context full: {self.n_past + n} tokens do not fit in --ctx {self.n_ctx} "
+                "(raise --ctx or shorten the prompt)"
+            )
+
+    def _decode_batch(self, n: int) -> None:
+        """llama_decode the batch's first ``n`` tokens."""
+        self._batch.n_tokens = n
+        rc = llama_cpp.llama_decode(self.handle, self._batch)
+        if rc == 1:
+            raise ContextFullError("llama.cpp found no room in the KV cache: raise --ctx")
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc}")
 
     def _attach(self) -> None:
         for s in range(self.n_seq):
@@ -288,7 +289,7 @@ class Context:
                 "this llama.cpp context is decoded from more than one thread, which slows llama.cpp down: "
                 "run all its work on one thread",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         self._thread = me
 
