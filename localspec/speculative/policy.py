@@ -35,8 +35,8 @@ _PROBE_K = 3
 # step costs ~30% more than a plain one, pay for drafts it never recovered (0.84x; 0.95x with 0.3: replay_tables.py)
 _PRIOR = 0.3
 # A tree must promise this much more than the best chain, and its width must have been seen this often: the policy
-# weighs some 50 shapes a step, and the best of many noisy estimates is biased up (replays on the shipped cost
-# tables: without these, trees cost up to 8% on a prompt where hindsight says they could gain nothing)
+# weighs some 50 shapes a step, and the best of many noisy estimates is biased up (scripts/replay_tables.py --trees:
+# the lowest prompt's trees ÷ chain is what these guard)
 _TREE_MARGIN = 1.1
 _TREE_EVIDENCE = 4.0
 
