@@ -219,11 +219,22 @@ def _divergence_json(repeat: int, d: Divergence) -> dict[str, Any]:
 
 
 def to_json(report: Report) -> dict[str, Any]:
+    # the table's rows: per category (and "(all)") × drafter, medians over prompts
+    groups = [
+        {"category": g.category, "drafter": g.drafter, "prompts": g.prompts,
+         "median_tokens_per_second": _r(g.tokens_per_second, 2), "median_speedup": _r(g.speedup),
+         "median_acceptance_rate": _r(g.acceptance_rate), "median_tokens_per_pass": _r(g.mean_accepted_length),
+         "median_tree_pass_share": _r(g.tree_share),
+         "median_branches_per_tree_pass": _r(g.branches_per_tree_pass, 2),
+         "identical_runs": g.identical_runs, "compared_runs": g.compared_runs}
+        for g in report.groups()
+    ]
+    # the same speedups nested by drafter and category (the shape older readers of bench.json know)
     summary: dict[str, dict[str, dict[str, float | None]]] = {}
-    for g in report.groups():
-        if g.category != ALL:
-            summary.setdefault(g.drafter, {})[g.category] = {
-                "median_speedup": _r(g.speedup), "median_tokens_per_second": _r(g.tokens_per_second, 2)}
+    for g in groups:
+        if g["category"] != ALL:
+            summary.setdefault(g["drafter"], {})[g["category"]] = {
+                k: g[k] for k in ("median_speedup", "median_tokens_per_second")}
     return {
         "model": report.model,
         "machine": {"cpu": report.machine.cpu, "threads": report.machine.threads, "device": report.machine.device,
@@ -247,16 +258,7 @@ def to_json(report: Report) -> dict[str, Any]:
             for r in report.results
         ],
         "summary": summary,
-        # the table's rows: per category (and "(all)") × drafter, medians over prompts
-        "groups": [
-            {"category": g.category, "drafter": g.drafter, "prompts": g.prompts,
-             "median_tokens_per_second": _r(g.tokens_per_second, 2), "median_speedup": _r(g.speedup),
-             "median_acceptance_rate": _r(g.acceptance_rate), "median_tokens_per_pass": _r(g.mean_accepted_length),
-             "median_tree_pass_share": _r(g.tree_share),
-             "median_branches_per_tree_pass": _r(g.branches_per_tree_pass, 2),
-             "identical_runs": g.identical_runs, "compared_runs": g.compared_runs}
-            for g in report.groups()
-        ],
+        "groups": groups,
     }
 
 
