@@ -22,7 +22,7 @@ from localspec.errors import UserError
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from localspec.speculative.calibrate import verify_costs
+from localspec.speculative.calibrate import Calibration, Progress, load_or_measure, verify_costs
 from localspec.speculative.loop import Generator
 from localspec.speculative.policy import DraftPolicy
 
@@ -52,10 +52,18 @@ class Runtime:
     _drafters: dict[str, list[Drafter]] = field(default_factory=dict, repr=False)
     # where the target runs, for stats and reports: "CPU (2 threads)", "GPU: all 18 layers offloaded (CUDA)"
     device: str = ""
+    # the target's pass costs as measured on this device; live passes correct it, and the runtime writes what they
+    # improved back when it closes
+    calibration: Calibration | None = None
+    say: Callable[[str], None] | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, settings: Settings, *, cancelled: Callable[[], bool] | None = None) -> Runtime:
-        """``cancelled``: polled while models load (a Ctrl-C flag); when it turns true, KeyboardInterrupt."""
+    def open(
+        cls, settings: Settings, *, cancelled: Callable[[], bool] | None = None,
+        say: Callable[[str], None] | None = None, progress: Progress | None = None,
+    ) -> Runtime:
+        """``cancelled``: polled while models load (a Ctrl-C flag); when it turns true, KeyboardInterrupt.
+        ``say`` / ``progress``: what the first start measures, and how far it got (stderr when not given)."""
         runtime, speculation, sampling = settings.runtime, settings.speculation, settings.sampling
         stack = ExitStack()
         try:
@@ -83,15 +91,15 @@ class Runtime:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
                 drafter_name = "none"
             drafters = _open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled)
-            if drafters:
-                _calibrate(policy, ctx, target, runtime, speculation)
-            if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
-                raise KeyboardInterrupt
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
-                     settings, notices, stack)
+                     settings, notices, stack, say=say)
             rt._drafters[drafter_name] = drafters
             rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads())
+            if drafters:
+                rt._calibrate(progress)
+            if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
+                raise KeyboardInterrupt
             return rt
         except BaseException:
             stack.close()
@@ -107,8 +115,7 @@ class Runtime:
                 kind, self.model, speculation, sampling, runtime, self.generator.policy, self._stack
             )
         if self._drafters[kind]:
-            _calibrate(self.generator.policy, self.context, self.model, self.settings.runtime,
-                       self.settings.speculation)
+            self._calibrate()
         self.generator.drafters = self._drafters[kind]
         self.drafter_name = kind
 
@@ -126,8 +133,33 @@ class Runtime:
         """A conversation in the chat template, ready for the model's answer; the messages' text stays text."""
         return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True)
 
+    def _calibrate(self, progress: Progress | None = None) -> None:
+        policy, runtime, speculation = self.generator.policy, self.settings.runtime, self.settings.speculation
+        if policy.calibrated or speculation.k is not None:  # a fixed k needs no cost model
+            return
+        self.calibration = load_or_measure(
+            self.context, known_sha256(self.model.path), runtime.threads(), runtime.n_gpu_layers,
+            speculation.k_max + 1, say=self.say, progress=progress,
+        )
+        policy.calibrate(self.calibration.seconds)
+
+    def save_pass_costs(self) -> list[int]:
+        """Write back the pass costs that live passes proved lower than the calibration's; the sizes changed."""
+        if self.calibration is None:
+            return []
+        changed = self.calibration.improve(self.generator.policy.costs.live())
+        if changed:
+            try:
+                self.calibration.save()
+            except OSError:
+                return []  # a read-only cache costs only the correction
+        return changed
+
     def close(self) -> None:
-        self._stack.close()
+        try:
+            self.save_pass_costs()
+        finally:
+            self._stack.close()
 
     def __enter__(self) -> Runtime:
         return self
@@ -178,12 +210,3 @@ def _open_drafters(
         return [model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")]
     model = model_drafter(resolve(speculation.draft_model)[1], "draft")
     return [NgramDrafter(), model] if kind == "auto" else [model]
-
-
-def _calibrate(
-    policy: DraftPolicy, ctx: Context, target: Model, runtime: RuntimeSettings, speculation: SpeculationSettings
-) -> None:
-    if policy.calibrated or speculation.k is not None:  # a fixed k needs no cost model
-        return
-    costs = verify_costs(ctx, known_sha256(target.path), runtime.threads(), runtime.n_gpu_layers, speculation.k_max + 1)
-    policy.calibrate(costs)

@@ -81,7 +81,7 @@ def test_drafter_variants() -> None:
             split_variant(bad)
 
 
-def test_sizes_never_seen_live_carry_the_excess_of_a_live_draft_step() -> None:
+def test_sizes_never_seen_live_are_no_cheaper_than_a_live_draft_step() -> None:
     # calibrated bare passes; live, a pass that verifies a draft costs 3 ms more. A size the policy has not used
     # must not look cheaper than it will be, or the policy drifts to it (seen on an H100: passes past 8)
     c = DraftPolicy(k_max=16)
@@ -89,8 +89,9 @@ def test_sizes_never_seen_live_carry_the_excess_of_a_live_draft_step() -> None:
     c.calibrate(bare)
     for _ in range(30):
         c.observe(Draft([1, 2, 3], None, "ngram", "ngram/4+"), 3, 0.0, bare[4] + 0.003, [1, 2, 3, 4])
-    assert c._verify(4) == pytest.approx(bare[4] + 0.003)
-    assert c._verify(12) == pytest.approx(bare[12] + 0.003, rel=0.01)
+    assert c.costs(4) == pytest.approx(bare[4] + 0.003)
+    # the calibration's shape at the live level: the seen size's ratio, live ÷ calibrated
+    assert c.costs(12) == pytest.approx(bare[12] * 7 / 4) and c.costs(12) >= bare[12] + 0.003
 
 
 def test_records_that_cannot_be_replayed_are_named_not_fatal() -> None:

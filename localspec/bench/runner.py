@@ -4,7 +4,8 @@ Order matters for fair numbers on a real machine, whose speed drifts (thermal th
 repeats are the outer loop and, within one, each prompt's drafters run back to back, so drift hits every drafter
 of a prompt alike, and an interrupted run has already measured every pair once. The drafter order rotates from
 one repeat to the next so that no drafter always runs first after a prompt change.
-Each run starts from an empty KV cache and a fresh draft-length policy, so no run inherits another's state.
+Each run starts from an empty KV cache and a policy that has forgotten what earlier drafts taught it, so no run
+inherits another's acceptance; what a pass costs on this machine is the machine's, and every run keeps correcting it.
 """
 
 from __future__ import annotations
@@ -154,8 +155,8 @@ class Bench:
         rt = self.rt
         name, k, branches = split_variant(drafter)
         rt.set_drafter(name)
-        # the policy learns acceptance and costs across generations: a measurement must not inherit what an earlier
-        # run (or another drafter) taught it, so it starts again from its calibration
+        # the policy learns acceptance across generations: a measurement must not inherit what an earlier run (or
+        # another drafter) taught it about the text; pass costs are the device's and carry over
         rt.generator.policy.reset()
         rt.generator.policy.fixed = self._fixed_k if k is None else k
         rt.generator.policy.branches = self.branches if branches is None else branches

@@ -23,6 +23,7 @@ from localspec.settings import (
 
 _ALL = ("run", "chat", "bench")
 _GENERATE = ("run", "chat")  # bench decodes greedily, with its own drafter list and token budgets
+_DEVICE = (*_ALL, "calibrate")  # what sets the model and the device a pass runs on: calibrate measures that
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +46,9 @@ class Opt:
 
 OPTIONS: tuple[Opt, ...] = (
     Opt("model", ("--model", "-m"), str | None, None, "Model name from `localspec models`, or a path to a .gguf "
-        "file. Default: the embedded gemma3-270m.", "Model", "model"),
+        "file. Default: the embedded gemma3-270m.", "Model", "model", _DEVICE),
     Opt("profile", ("--profile", "-p"), str | None, None, "A target/draft profile from models.toml (sets --model, "
-        "--drafter, --draft, --k, --exit-layer unless given).", "Model", "profile"),
+        "--drafter, --draft, --k, --exit-layer unless given).", "Model", "profile", _DEVICE),
     Opt("drafter", ("--drafter", "-d"), str | None, None, f"Who proposes tokens: {' | '.join(DRAFTERS)}. 'auto' "
         "(default) uses n-gram lookup where the text repeats, the draft model if one is given, else plain decoding.",
         "Speculation", "speculation.drafter", _GENERATE),
@@ -79,13 +80,14 @@ OPTIONS: tuple[Opt, ...] = (
         "sampling.seed", _GENERATE),
     Opt("stop", ("--stop",), list[str] | None, None, "Stop when this text appears (repeatable); it is not printed.",
         "Sampling", "generation.stop", _GENERATE),
-    Opt("ctx", ("--ctx",), int, 4096, "Context size in tokens.", "Runtime", "runtime.n_ctx"),
+    Opt("ctx", ("--ctx",), int, 4096, "Context size in tokens.", "Runtime", "runtime.n_ctx", _DEVICE),
     Opt("threads", ("--threads",), int | None, None, "CPU threads (default: all cores).", "Runtime",
-        "runtime.n_threads"),
+        "runtime.n_threads", _DEVICE),
     Opt("gpu_layers", ("--gpu-layers",), int | None, None, "Layers to offload to the GPU (-1 = all, 0 = none). "
         "Default: all where this llama-cpp-python can offload (a CUDA/Metal build with a GPU), else 0.", "Runtime",
-        "runtime.n_gpu_layers"),
-    Opt("verbose", ("--verbose",), bool, False, "Show llama.cpp's own log on stderr.", "Runtime", "runtime.verbose"),
+        "runtime.n_gpu_layers", _DEVICE),
+    Opt("verbose", ("--verbose",), bool, False, "Show llama.cpp's own log on stderr.", "Runtime", "runtime.verbose",
+        _DEVICE),
 )
 DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
 _PARTS = {"runtime": RuntimeSettings, "speculation": SpeculationSettings, "sampling": SamplingSettings,

@@ -1,70 +1,261 @@
-"""Measure what a target pass costs per batch size, once per model and machine setting, and remember it.
+"""Measure what a target pass costs per batch size on this device, remember it, and say how far to trust it.
 
 The draft-length policy needs verify(n) for every n up to k_max + 1 before it has seen them: on CPU the curve has
-steps (batches of a multiple of 4 are cheap), so guessing it linearly picks bad draft lengths for the first
-steps of every run. Measuring takes a couple of seconds; the result is cached next to the models.
+steps (batches of a multiple of 4 are cheap, 3 costs more than 4), so guessing it linearly picks bad draft lengths
+for the first steps of every run. Measuring takes a few seconds; the result is cached per model and device.
+
+A machine that is busy while it measures (another job, a compile) makes every figure too high, and a cache would
+keep them for good. So the sizes are interleaved over several rounds and a low quantile is kept (noise only adds
+time); the one-token pass is timed at the start and again at the end; on Linux the CPU time other processes used
+meanwhile is read from /proc/stat. A disturbed measurement is kept but marked provisional, said so, and measured
+again at the next start; and the live passes of every run correct the figures (speculative/costs.py) and write
+the lower ones back (``Calibration.improve``), each with how and when it was measured.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import platform
+import re
 import sys
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from localspec.engine import Context, library_version
-from localspec.engine.backend import offloaded_layers
+from localspec.engine.backend import gpu_backend_name, offloaded_layers
 from localspec.models.files import atomic_write_text
 from localspec.paths import cache_dir
+from localspec.speculative.costs import MIN_PASSES, low_quantile, median
 
-# The fastest of these: timing noise only ever adds. The policy starts from these minima; the excess of live steps
-# over them it learns as it goes (policy._VerifyCost).
-_REPEATS = 3
-_METHOD = "min3"  # in the cache file's name: figures measured another way are not reused
+ROUNDS = 5  # interleaved rounds over every size, after one that warms caches and allocates graphs
+_METHOD = "q5"  # in the cache file's name: figures measured another way are not reused
+_SINGLES = 8  # one-token passes timed at the start and at the end
+_BUSY_CORES = 0.5  # other processes using this many cores meanwhile make a measurement provisional
+_DRIFT = 1.25  # a one-token pass this much slower or faster at the end than at the start: the machine changed
+_SPREAD = 1.3  # the median round this much slower than the fastest, typically: passes were disturbed
+RETRIES = 3  # a provisional calibration is measured again at the next start, this many times in all
+_IMPROVES = 0.95  # a live figure replaces a stored one when it is at least 5% lower
 
 
-def _cache_file(model_hash: str, threads: int, gpu_layers: int, n_max: int, argmax: bool) -> Path:
-    # passes that return token ids (backend sampling) and passes that return logits cost differently
+Progress = Callable[[int, int], None]  # (passes done, passes in all)
+
+
+@dataclass
+class Calibration:
+    """Seconds per target pass by tokens in the pass, for one model on one device setting, with how and when each
+    figure was measured, and whether the machine was quiet enough to trust them."""
+
+    seconds: dict[int, float]
+    measured: dict[int, str]  # size → how and when ("calibration, 2nd lowest of 5 rounds, 2026-11-23 20:31")
+    device: str
+    provisional: str = ""  # why the figures may be too high ("": measured on a quiet machine)
+    attempts: int = 1  # measurements so far that came out provisional, plus one
+    path: Path | None = field(default=None, compare=False)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": 2, "device": self.device, "provisional": self.provisional, "attempts": self.attempts,
+            "seconds_by_batch": {str(n): s for n, s in sorted(self.seconds.items())},
+            "measured": {str(n): m for n, m in sorted(self.measured.items())},
+        }, indent=1)
+
+    @classmethod
+    def read(cls, path: Path) -> Calibration | None:
+        """The calibration cached at ``path``; None if there is none or it cannot be read (it is measured anew)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            seconds = {int(n): float(s) for n, s in data["seconds_by_batch"].items()}
+            measured = {int(n): str(m) for n, m in data.get("measured", {}).items()}
+            return cls(seconds, measured, str(data.get("device", "")), str(data.get("provisional", "")),
+                       int(data.get("attempts", 1)), path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def save(self) -> None:
+        if self.path is not None:
+            atomic_write_text(self.path, self.to_json())
+
+    def improve(self, live: Mapping[int, tuple[float, int]]) -> list[int]:
+        """Take the live figures (size → (seconds, passes)) that are clearly lower than the stored ones: a live pass
+        costs at least the bare pass, so a lower live figure proves the stored one too high. Returns the sizes
+        changed; a provisional calibration stays provisional for the sizes no live pass corrected."""
+        when = _now()
+        changed = [n for n, (s, passes) in live.items()
+                   if passes >= MIN_PASSES and n in self.seconds and s < self.seconds[n] * _IMPROVES]
+        for n in changed:
+            seconds, passes = live[n]
+            self.seconds[n] = seconds
+            self.measured[n] = f"live, 25th percentile of {passes} passes, {when}"
+        return changed
+
+
+def device_name(gpu_layers: int) -> str:
+    """What runs the passes, for the cache's name and the reports: the GPU backend and/or the processor."""
+    cpu = _processor()
+    return f"{gpu_backend_name()} GPU, {cpu}" if gpu_layers > 0 else cpu
+
+
+def cache_path(model_hash: str, device: str, threads: int, gpu_layers: int, n_max: int, argmax: bool) -> Path:
+    # passes that return token ids (backend sampling) and passes that return logits cost differently; the device is
+    # in the name because the CPU behind a machine can change from one day to the next
     how = "argmax" if argmax else "logits"
-    name = f"{model_hash[:16]}-t{threads}-g{gpu_layers}-n{n_max}-{library_version()}-{_METHOD}-{how}.json"
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:48] or "unknown"
+    name = f"{model_hash[:16]}-{slug}-t{threads}-g{gpu_layers}-n{n_max}-{library_version()}-{_METHOD}-{how}.json"
     return cache_dir() / "calibration" / name
 
 
-def verify_costs(ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int) -> dict[int, float]:
-    """Seconds for one pass over n tokens with logits at every position, n = 1..n_max (cached)."""
-    # Keyed by the layers really offloaded: -1 and 999 are the same setting, and a build without GPU offload
-    # runs every setting on the CPU.
+def load_or_measure(
+    ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int, *,
+    say: Callable[[str], None] | None = None, progress: Progress | None = None, again: bool = False,
+) -> Calibration:
+    """This model's pass costs on this device for n = 1..n_max: cached, or measured now (``again``: measured now
+    whatever is cached). A provisional cache is measured again, at most RETRIES times in all."""
+    say = say or _to_stderr
+    # keyed by the layers really offloaded: -1 and 999 are the same setting, and a build without GPU offload runs
+    # every setting on the CPU
     layers = offloaded_layers(gpu_layers, ctx.model.n_layer)
-    path = _cache_file(model_hash, threads, layers, n_max, ctx.backend_sampling)
-    try:
-        return {int(n): float(s) for n, s in json.loads(path.read_text()).items()}
-    except (OSError, ValueError):
-        pass
-    print("localspec: measuring verification costs for this model (once)…", file=sys.stderr)
-    costs = measure(ctx, n_max)
-    atomic_write_text(path, json.dumps(costs))
-    return costs
+    device = device_name(layers)
+    path = cache_path(model_hash, device, threads, layers, n_max, ctx.backend_sampling)
+    cached = None if again else Calibration.read(path)
+    if cached is not None and (not cached.provisional or cached.attempts >= RETRIES):
+        return cached
+    if cached is not None:
+        say(f"the last measurement of this machine's pass costs was disturbed ({cached.provisional}): measuring "
+            "again")
+    calibration = measure(ctx, n_max, device=device, say=say, progress=progress)
+    calibration.path = path
+    if calibration.provisional:
+        calibration.attempts = (cached.attempts + 1) if cached is not None else 1
+        say(f"the machine was busy while measuring ({calibration.provisional}): the figures are provisional, "
+            "corrected as it runs and measured again next time (`localspec calibrate` redoes it now)")
+    calibration.save()
+    return calibration
 
 
-def measure(ctx: Context, n_max: int) -> dict[int, float]:
+def verify_costs(ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int) -> dict[int, float]:
+    """Seconds for one pass over n tokens, n = 1..n_max (cached)."""
+    return load_or_measure(ctx, model_hash, threads, gpu_layers, n_max).seconds
+
+
+def measure(
+    ctx: Context, n_max: int, *, rounds: int = ROUNDS, device: str = "", say: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+) -> Calibration:
+    """Time the pass the loop will make for every size 1..n_max: ``rounds`` interleaved rounds after a warm-up,
+    the one-token pass before and after; the cache is left as it was found."""
     vocab = ctx.model.vocab
     filler = vocab.tokenize(" the quick brown fox jumps over the lazy dog" * 4, add_special=True)
     tokens = (filler * (1 + (n_max + 32) // len(filler)))[: n_max + 32]
     saved = list(ctx.tokens)
+    total = (rounds + 1) * n_max + 2 * _SINGLES
+    done = 0
+
+    def timed(n: int) -> float:
+        nonlocal done
+        t0 = time.perf_counter()
+        # the pass the loop will make: token ids where llama.cpp samples in the graph, else logits
+        ctx.decode_argmax(tokens[32 : 32 + n]) if ctx.backend_sampling else ctx.decode(tokens[32 : 32 + n],
+                                                                                      all_logits=True)
+        seconds = time.perf_counter() - t0
+        ctx.truncate(32)
+        done += 1
+        if progress is not None:
+            progress(done, total)
+        return seconds
+
     ctx.clear()
     ctx.feed(tokens[:32])
-    samples: dict[int, list[float]] = {}
-    for rep in range(_REPEATS + 1):
-        for n in range(1, n_max + 1):
-            batch = tokens[32 : 32 + n]
-            t0 = time.perf_counter()
-            # the pass the loop will make: token ids where llama.cpp samples in the graph, else logits
-            ctx.decode_argmax(batch) if ctx.backend_sampling else ctx.decode(batch, all_logits=True)
-            seconds = time.perf_counter() - t0
-            ctx.truncate(32)
+    timed(1)  # the first pass allocates the graph
+    load = _OtherLoad()
+    first = [timed(1) for _ in range(_SINGLES)]
+    if say is not None:
+        # a pass of n tokens costs somewhere between one and n single passes; a third of the way is typical on CPU
+        guess = low_quantile(first) * (rounds + 1) * sum(1 + (n - 1) / 3 for n in range(1, n_max + 1))
+        say(f"measuring this machine's pass costs, once: ~{max(1, round(guess))} s")
+    samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    for rep in range(rounds + 1):
+        order = list(range(1, n_max + 1))
+        if rep % 2:
+            order.reverse()  # a machine that speeds up or slows down meanwhile touches every size alike
+        for n in order:
+            seconds = timed(n)
             if rep:  # the first round warms caches and allocates graphs
-                samples.setdefault(n, []).append(seconds)
+                samples[n].append(seconds)
+    last = [timed(1) for _ in range(_SINGLES)]
+    others = load.cores()
     ctx.clear()
     if saved:
         ctx.feed(saved)
-    return {n: min(s) for n, s in samples.items()}
+    seconds = {n: low_quantile(s) for n, s in samples.items()}
+    when = _now()
+    how = f"calibration, 25th percentile of {rounds} interleaved rounds, {when}"
+    return Calibration(seconds, dict.fromkeys(seconds, how), device,
+                       _disturbed(others, first, last, samples))
+
+
+def _disturbed(others: float | None, first: list[float], last: list[float], samples: Mapping[int, list[float]]) -> str:
+    """Why a measurement cannot be trusted ("" if it can): other processes' CPU use, a one-token pass that cost
+    differently at the end than at the start, or rounds that disagree."""
+    if others is not None and others >= _BUSY_CORES:
+        return f"other processes used {others:.1f} cores"
+    start, end = low_quantile(first), low_quantile(last)
+    if max(start, end) > _DRIFT * min(start, end):
+        return f"a one-token pass took {start * 1000:.1f} ms at the start and {end * 1000:.1f} ms at the end"
+    spread = median([median(s) / min(s) for s in samples.values() if s])
+    if spread > _SPREAD:
+        return f"passes of the same size varied by {100 * (spread - 1):.0f}%"
+    return ""
+
+
+class _OtherLoad:
+    """The CPU time other processes use from now on, in cores (Linux: /proc/stat; None where it cannot tell)."""
+
+    def __init__(self) -> None:
+        self._start = (time.monotonic(), _system_busy(), _own_cpu())
+
+    def cores(self) -> float | None:
+        wall0, busy0, own0 = self._start
+        busy1 = _system_busy()
+        if busy0 is None or busy1 is None:
+            return None
+        wall = time.monotonic() - wall0
+        return max(0.0, (busy1 - busy0) - (_own_cpu() - own0)) / wall if wall > 0 else None
+
+
+def _system_busy() -> float | None:
+    """CPU seconds every process has used since boot, steal time (the hypervisor's other guests) included."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _processor() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _now() -> str:
+    return datetime.now().strftime("%Y-%m-%d %H:%M")
+
+
+def _to_stderr(line: str) -> None:
+    print(f"localspec: {line}", file=sys.stderr)

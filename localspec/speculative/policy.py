@@ -8,7 +8,8 @@ Acceptance is not independent per token — a copied passage is either the right
 so we learn, per kind of draft (drafter and match kind, e.g. "ngram/4+"), the conditional probability that
 draft position j is accepted given that positions < j were: E[accepted | k] = Σ_{j<k} Π_{i≤j} c_i.
 verify(n) is measured per batch size (on CPU, batches of a multiple of 4 tokens are markedly cheaper: the
-curve is not linear) and can be seeded from a calibration. All estimates decay, so choices follow the text.
+curve is not linear), seeded from a calibration and corrected by every pass (speculative/costs.py: robust to a slow
+pass and to a calibration taken on a busy machine). Acceptance estimates decay, so choices follow the text.
 k = 0 is a plain decoding step: a drafter that does not pay is switched off, and probed now and then.
 
 Lookup drafts (free to propose) are learned in hindsight: the whole proposal, before it was trimmed to k, is
@@ -25,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from localspec.drafters.base import Draft, Drafter
+from localspec.speculative.costs import PassCosts
 from localspec.speculative.tree import trie_sizes
 
 _DECAY = 0.95  # weight of the past in each running estimate
@@ -117,68 +119,6 @@ class _Watched:
         return not any(a and self.matched < len(c) for a, c in zip(self.alive, self.candidates, strict=True))
 
 
-@dataclass(slots=True)
-class _VerifyCost:
-    """Seconds for one target pass over n tokens as the loop lives it: the calibration's shape plus what a live step
-    adds.
-
-    A calibration times bare passes; a live step costs more (the step's own Python work, and on a GPU the context's
-    settings), by an amount that hardly depends on n. Sizes seen live use their own decayed average; sizes only
-    calibrated get the calibration plus the mean live excess. Without the excess, the sizes the policy uses look
-    dearer than the ones it never tried, and it drifts towards long drafts: on an H100 it went past 8 tokens, where a
-    pass costs 1.5x more (docs/performance.md, replay with step overhead).
-    """
-
-    calibrated: dict[int, float] = field(default_factory=dict)
-    live: dict[int, float] = field(default_factory=dict)
-    excess: float = 0.0  # decayed mean of (live − calibrated) seconds per pass
-    excess_seen: bool = False
-    draft_excess_seen: bool = False
-    _curve: list[float] = field(default_factory=list)  # dense cache of __call__, rebuilt after each update
-
-    def update(self, n: int, seconds: float) -> None:
-        old = self.live.get(n)
-        self.live[n] = seconds if old is None else _DECAY * old + (1 - _DECAY) * seconds
-        bare = self.calibrated.get(n)
-        # the excess of a pass that verifies a draft (rollback, rows to check) is what unseen sizes lack; a plain
-        # step's excess stands in only until a draft has been verified
-        if bare is not None and (n > 1 or not self.draft_excess_seen):
-            over = seconds - bare
-            seen = self.draft_excess_seen if n > 1 else self.excess_seen
-            self.excess = _DECAY * self.excess + (1 - _DECAY) * over if seen else over
-            self.excess_seen = True
-            self.draft_excess_seen = self.draft_excess_seen or n > 1
-        self._curve = []
-
-    def known(self) -> bool:
-        return bool(self.calibrated or self.live)
-
-    def __call__(self, n: int) -> float:
-        if n >= len(self._curve):
-            self._rebuild(max(n, 17))
-        return self._curve[n]
-
-    def _rebuild(self, n_max: int) -> None:
-        seen = {m: s + self.excess for m, s in self.calibrated.items()}
-        seen.update(self.live)
-        sizes = sorted(seen)
-        curve = [0.0] * (n_max + 1)
-        for n in range(1, n_max + 1):
-            if n in seen:
-                curve[n] = seen[n]
-                continue
-            below = max((m for m in sizes if m < n), default=None)
-            above = min((m for m in sizes if m > n), default=None)
-            if below is not None and above is not None:
-                curve[n] = seen[below] + (seen[above] - seen[below]) * (n - below) / (above - below)
-            else:
-                ref = below if below is not None else above
-                assert ref is not None
-                # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound)
-                curve[n] = seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref)
-        self._curve = curve
-
-
 class DraftPolicy:
     """Picks k per step; ``fixed`` pins it (``--k N``)."""
 
@@ -186,15 +126,16 @@ class DraftPolicy:
         self.k_max = k_max
         self.fixed = fixed
         self.branches = branches  # the most candidates a lookup may offer, verified together as a token tree
-        self._calibration: dict[int, float] = {}
+        # what a target pass costs on this device: calibrated, corrected by every pass the loop makes; it is the
+        # device's, not the text's, so ``reset`` keeps it
+        self.costs = PassCosts()
         self._drafter_calibration: dict[str, float] = {}
         self.reset()
 
     def reset(self) -> None:
-        """Forget what was learned (acceptance and costs), back to the calibration."""
+        """Forget what was learned about drafts (acceptance, a drafter's cost per token); pass costs stay."""
         self._survival: dict[str, _Survival] = {}
         self._draft_cost: dict[str, float] = dict(self._drafter_calibration)  # seconds per drafted token
-        self._verify = _VerifyCost(dict(self._calibration))
         self._plain_steps: dict[str, int] = {}
         self._patience: dict[str, int] = {}
         self.restart()
@@ -232,12 +173,12 @@ class DraftPolicy:
         """(depth k, width w): a tree of the first w candidates cut to k tokens, for the most expected tokens per
         second. Its cost is that of a pass over its nodes, so shared prefixes come almost free."""
         k = self.best_k(draft.kind, draft.drafter, len(draft), watched=True)
-        if len(candidates) == 1 or not self._verify.known():
+        if len(candidates) == 1 or not self.costs.known():
             return k, 1
         depth = min(max(len(c) for c in candidates), self.k_max)
         sizes = trie_sizes(candidates, depth)
         chain = self._survival_of(draft.kind).expected_accepted(k)[k]
-        best, best_rate = (k, 1), (1.0 + chain) / self._verify(1 + k) * _TREE_MARGIN
+        best, best_rate = (k, 1), (1.0 + chain) / self.costs(1 + k) * _TREE_MARGIN
         depths = range(1, depth + 1) if self.fixed is None else [min(self.fixed, depth)]
         for w in range(2, len(candidates) + 1):
             survival = self._survival_of(_wide(draft.kind, w))
@@ -253,7 +194,7 @@ class DraftPolicy:
                     break
                 if nodes == sizes[w - 2][d]:
                     continue  # the w-th candidate adds nothing this deep
-                rate = (1.0 + expected[d]) / self._verify(1 + nodes)
+                rate = (1.0 + expected[d]) / self.costs(1 + nodes)
                 if rate > best_rate:
                     best, best_rate = (d, w), rate
         return best
@@ -266,13 +207,11 @@ class DraftPolicy:
 
     @property
     def calibrated(self) -> bool:
-        return bool(self._calibration)
+        return bool(self.costs.calibrated)
 
     def calibrate(self, verify_seconds: Mapping[int, float]) -> None:
-        """Seed the verify-cost curve with measured seconds per batch size; observations keep refining it, and
-        ``reset`` returns to it rather than to nothing."""
-        self._calibration = dict(verify_seconds)
-        self._verify = _VerifyCost(dict(verify_seconds))  # before any generation: nothing live to keep
+        """Seed the pass-cost curve with measured seconds per batch size; every pass keeps correcting it."""
+        self.costs = PassCosts(dict(verify_seconds))
 
     def calibrate_drafter(self, drafter: str, seconds_per_token: float) -> None:
         """Seed a model drafter's cost per drafted token, so a drafter too slow to pay is never tried."""
@@ -287,14 +226,14 @@ class DraftPolicy:
             return min(self.fixed, cap)
         if cap <= 0:
             return 0
-        if not self._verify.known():
+        if not self.costs.known():
             return min(_PROBE_K, cap)  # nothing measured yet: a modest draft measures the costs
         expected = self._survival_of(kind).expected_accepted(cap)
         d = self._draft_cost.get(drafter, 0.0)
-        plain = 1.0 / self._verify(1)
+        plain = 1.0 / self.costs(1)
         best_k, best_rate, could_pay = 0, plain, False
         for k in range(1, cap + 1):
-            seconds = self._verify(k + 1) + k * d
+            seconds = self.costs(k + 1) + k * d
             rate = (1.0 + expected[k]) / seconds
             if rate > best_rate:
                 best_k, best_rate = k, rate
@@ -323,7 +262,7 @@ class DraftPolicy:
         """One step's outcome; ``emitted`` are the tokens it produced (accepted draft tokens, then the target's);
         ``nodes``: the draft tokens the pass verified, where a tree's candidates shared some."""
         drafted, drafter = len(draft), draft.drafter
-        self._verify.update((drafted if nodes is None else nodes) + 1, verify_seconds)
+        self.costs.update((drafted if nodes is None else nodes) + 1, verify_seconds)
         if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice
             self._survival_of(draft.kind).update(accepted, drafted)
         self._trimmed = None
@@ -335,8 +274,8 @@ class DraftPolicy:
             self._draft_cost[drafter] = per_token if old is None else _DECAY * old + (1 - _DECAY) * per_token
 
     def plain_seconds_per_token(self) -> float:
-        """What one plain decoding step costs, as measured (0 before any step)."""
-        return self._verify(1) if self._verify.known() else 0.0
+        """What one plain decoding step costs on the corrected curve (0 before anything was measured)."""
+        return self.costs(1) if self.costs.known() else 0.0
 
 
 def _wide(kind: str, width: int) -> str:

@@ -1,0 +1,110 @@
+"""What a target pass over n tokens costs on this device, as the loop lives it: the calibration, corrected by the
+passes the loop really makes.
+
+A calibration times bare passes once, and may have been taken while the machine was busy; a live pass costs a
+little more (the step's own work, the rollback) and is now and then much slower (another process took a core). Two
+rules keep one slow pass, or one busy minute, from steering the draft length:
+
+- **Noise only adds time**, so every figure is a low quantile of recent passes, never a mean, and a size needs a
+  few passes of its own before its figure replaces the calibration's.
+- **The calibration keeps its shape, the live passes set its level.** Sizes the loop has not used lately are the
+  calibrated figure times a low quantile of the ratio live ÷ calibrated over recent passes: a calibration taken
+  under load (every figure 2–3x too high) is scaled down within a few dozen passes, whatever sizes the policy
+  happens to use. The shape is kept as measured: on CPUs, a pass of 3 tokens costs more than one of 4, and
+  flattening it loses speed.
+
+Figures expire after a while, so a size the policy stopped using while the machine was busy is priced again from
+the level of the recent passes, not from its busy figure forever (a lock that used to switch drafting off for the
+rest of a generation: the policy never drafts at a size that looks dear, so it never sees it get cheap again).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+WINDOW = 9  # recent passes kept per size
+MIN_PASSES = 3  # passes of its own before a size's figure replaces the calibration's: one slow pass never stands alone
+LEVEL_WINDOW = 32  # recent passes that say how fast the machine runs now, relative to the calibration
+DRAFT_LEVEL_PASSES = 8  # draft passes among them before they alone set the level
+STALE_AFTER = 256  # passes after which a size's own passes are forgotten (the machine may have changed since)
+
+
+def low_quantile(values: list[float]) -> float:
+    """About the 25th percentile: the quiet cost of a pass whose noise only ever adds."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+@dataclass(slots=True)
+class PassCosts:
+    """Seconds per target pass by tokens in the pass; ``update`` after every pass, call it for any size."""
+
+    calibrated: dict[int, float] = field(default_factory=dict)
+    _passes: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)  # size → (pass number, seconds)
+    _ratios: deque[tuple[bool, float]] = field(default_factory=lambda: deque(maxlen=LEVEL_WINDOW))
+    _count: int = 0
+    _curve: list[float] = field(default_factory=list)  # dense cache of __call__, rebuilt after each update
+
+    def update(self, n: int, seconds: float) -> None:
+        self._count += 1
+        window = self._passes.get(n)
+        if window is None:
+            window = self._passes[n] = deque(maxlen=WINDOW)
+        window.append((self._count, seconds))
+        bare = self.calibrated.get(n)
+        if bare:
+            self._ratios.append((n > 1, seconds / bare))
+        self._curve = []
+
+    def known(self) -> bool:
+        return bool(self.calibrated or self._passes)
+
+    def level(self) -> float:
+        """Live ÷ calibrated, a low quantile of recent passes (noise only adds): 1 until the loop has made a few.
+
+        Passes that verify a draft say it best (they carry the rollback and the rows to check, as every size but
+        1 does), once there are enough of them that a few slow ones cannot set it; all passes stand in until then."""
+        drafts = [r for draft, r in self._ratios if draft]
+        ratios = drafts if len(drafts) >= DRAFT_LEVEL_PASSES else [r for _, r in self._ratios]
+        return low_quantile(ratios) if len(ratios) >= MIN_PASSES else 1.0
+
+    def live(self) -> dict[int, tuple[float, int]]:
+        """Each size's own figure from recent passes, and how many passes it rests on (at least MIN_PASSES)."""
+        out: dict[int, tuple[float, int]] = {}
+        for n, window in self._passes.items():
+            recent = [s for when, s in window if self._count - when < STALE_AFTER]
+            if len(recent) >= MIN_PASSES or (recent and not self.calibrated):
+                out[n] = (low_quantile(recent), len(recent))
+        return out
+
+    def __call__(self, n: int) -> float:
+        if n >= len(self._curve):
+            self._rebuild(max(n, 17))
+        return self._curve[n]
+
+    def _rebuild(self, n_max: int) -> None:
+        level = self.level()
+        seen = {m: s * level for m, s in self.calibrated.items()}
+        seen.update({m: s for m, (s, _) in self.live().items()})
+        sizes = sorted(seen)
+        curve = [0.0] * (n_max + 1)
+        for n in range(1, n_max + 1):
+            if n in seen:
+                curve[n] = seen[n]
+                continue
+            below = max((m for m in sizes if m < n), default=None)
+            above = min((m for m in sizes if m > n), default=None)
+            if below is not None and above is not None:
+                curve[n] = seen[below] + (seen[above] - seen[below]) * (n - below) / (above - below)
+            else:
+                ref = below if below is not None else above
+                assert ref is not None
+                # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound)
+                curve[n] = seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref)
+        self._curve = curve
