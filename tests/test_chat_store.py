@@ -30,7 +30,9 @@ def test_turns_are_saved_as_they_happen_and_read_back(tmp_path: Path) -> None:
     # a second connection (another process, later) sees every turn: each was committed when it was added
     other = ChatStore(path)
     (saved,) = other.list()
-    assert (saved.id, saved.turns, saved.model, saved.title) == (first, 2, "gemma3-270m", "def f(x):")
+    # a turn is a question with its answer, not a message
+    assert (saved.id, saved.turns, saved.model, saved.title) == (first, 1, "gemma3-270m", "def f(x):")
+    assert " 1 turn " in saved.describe() and "turns" not in saved.describe()
     conversation = other.load(first)
     assert conversation.system == "Be brief."
     assert [(t.role, t.text) for t in conversation.turns] == [
@@ -70,16 +72,41 @@ def test_turns_are_saved_as_they_happen_and_read_back(tmp_path: Path) -> None:
     other.close()
 
 
+def test_an_answer_is_rewritten_in_place_as_it_streams(tmp_path: Path) -> None:
+    """The chat saves an answer as it streams (marked interrupted), then its end replaces it: one row, each write
+    committed, as a second connection sees after every call."""
+    path = tmp_path / "chats.sqlite3"
+    session = Session(ChatStore(path), system=None)
+    session.add_user("Count to five.")
+    other = ChatStore(path)
+
+    def saved() -> list[tuple[str, str, str, Stats | None]]:
+        assert session.id is not None
+        return [(t.role, t.text, t.stop_reason, t.stats) for t in other.load(session.id).turns]
+
+    turn = session.save_answer(None, "one, two", None, "ngram", "interrupted")
+    assert saved()[-1] == ("assistant", "one, two", "interrupted", None)
+    assert session.save_answer(turn, "one, two, three", None, "ngram", "interrupted") is turn
+    assert saved()[-1] == ("assistant", "one, two, three", "interrupted", None)
+    stats = Stats(generated_tokens=9, decode_seconds=0.2, target_passes=5, stop_reason="eog")
+    final = "one, two, three, four, five."
+    session.save_answer(turn, final, stats, "ngram", "eog")
+    assert saved() == [("user", "Count to five.", "", None), ("assistant", final, "eog", stats)]
+    assert other.list()[0].turns == 1 and session.turns[-1] is turn
+    other.close()
+
+
 def test_a_file_from_a_newer_version_or_an_unusable_place_is_one_line(tmp_path: Path) -> None:
     newer = tmp_path / "newer.sqlite3"
     with sqlite3.connect(newer) as db:
         db.execute("PRAGMA user_version = 99")
-    with pytest.raises(UserError, match="newer localspec"):
+    with pytest.raises(UserError, match="newer localspec.*--no-history"):
         ChatStore(newer)
     not_a_db = tmp_path / "garbage.sqlite3"
     not_a_db.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(UserError, match="cannot use the chat history"):
+    with pytest.raises(UserError, match="cannot use the chat history") as raised:
         ChatStore(not_a_db)
+    assert "--no-history" in str(raised.value)  # the way to chat anyway, without touching the file
     blocked = tmp_path / "file"
     blocked.write_text("")
     with pytest.raises(UserError, match="cannot use the chat history"):
@@ -121,6 +148,7 @@ def test_list_delete_and_resume_from_the_command_line(tmp_path: Path, monkeypatc
     lines = listed.stdout.splitlines()
     assert [line.split()[0] for line in lines] == [str(gone), str(kept)]
     assert "First question" in lines[1] and "second line" not in listed.stdout
+    assert all(" 1 turn " in line and "turns" not in line for line in lines), lines  # not "1 turns"
 
     deleted = localspec(["chat", "--delete", str(gone)])
     assert deleted.code == 0 and f"Deleted conversation {gone}" in deleted.stdout
@@ -133,3 +161,14 @@ def test_list_delete_and_resume_from_the_command_line(tmp_path: Path, monkeypatc
     # a conversation that exists: everything checks out up to the terminal, which a test does not have
     found = localspec(["chat", "--resume", str(kept)])
     assert_one_line_error(found.code, found.stderr, "needs a terminal")
+
+
+def test_a_corrupt_history_names_the_way_to_chat_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("LOCALSPEC_HOME", str(home))
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "chats.sqlite3").write_bytes(b"not a database" * 200)
+    for args in (["chat"], ["chat", "--list"]):
+        result = localspec(args)
+        assert_one_line_error(result.code, result.stderr, "cannot use the chat history", "--no-history")
+    assert (home / "data" / "chats.sqlite3").read_bytes() == b"not a database" * 200  # untouched

@@ -35,6 +35,19 @@ class Session:
     def add_assistant(self, text: str, stats: Stats | None, drafter: str, stop_reason: str) -> Turn:
         return self._save(self.conversation.add_assistant(text, stats, drafter, stop_reason))
 
+    def save_answer(
+        self, turn: Turn | None, text: str, stats: Stats | None, drafter: str, stop_reason: str
+    ) -> Turn:
+        """The answer being written, as far as it got: added the first time (``turn`` None), then rewritten in
+        place, here and in the store (one transaction each)."""
+        if turn is None:
+            return self.add_assistant(text, stats, drafter, stop_reason)
+        turn.text, turn.stats, turn.drafter, turn.stop_reason = text, stats, drafter, stop_reason
+        store, conversation_id = self.store, self.id
+        if store is not None and conversation_id is not None and turn.saved_id is not None:
+            self._guard(lambda: store.update_turn(conversation_id, turn))
+        return turn
+
     def take_back(self, turn: Turn) -> list[Turn]:
         """Remove ``turn`` and the turns after it, here and in the store."""
         removed = self.conversation.take_back(turn)

@@ -1,8 +1,9 @@
 """Conversations saved as they happen, in a SQLite file in the user's data folder (stdlib sqlite3).
 
-Each turn is written when it is added (a question when it is sent, an answer when it ends), so quitting, a closed
-terminal or a crash loses nothing that was on screen. Only the UI thread uses a store: sqlite3 connections stay
-on the thread that opened them, and every write here is a few rows.
+Each turn is written when it is added: a question when it is sent, an answer as it streams (each repaint saves the
+text on screen, marked ``interrupted`` until the answer ends and its final text, stats and stop reason replace it).
+So quitting, a closed terminal or a crash loses nothing that was on screen. Only the UI thread uses a store:
+sqlite3 connections stay on the thread that opened them, and every write here is a few rows.
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ class SavedConversation:
     title: str  # the first line of the first question
     model: str
     updated: datetime
-    turns: int
+    turns: int  # questions asked, each with its answer (a turn is a question and its answer, not a message)
 
     def describe(self) -> str:
-        return f"{self.updated:%Y-%m-%d %H:%M}  {self.turns:>3} turns  {self.title}"
+        turns = "turn " if self.turns == 1 else "turns"
+        return f"{self.updated:%Y-%m-%d %H:%M}  {self.turns:>3} {turns}  {self.title}"
 
 
 def default_path() -> Path:
@@ -73,14 +75,23 @@ class ChatStore:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 self._db.close()
-                raise UserError(f"the chat history {path} was written by a newer localspec: upgrade localspec")
+                raise UserError(
+                    f"the chat history {path} was written by a newer localspec: upgrade localspec, or chat with"
+                    " --no-history"
+                )
+            # An answer is saved as it streams, several times a second, from the UI thread. With a write-ahead log a
+            # commit is an append (~30 µs here, against ~0.7 ms of CPU and fsyncs with the default rollback journal)
+            # and it still survives the process being killed; only a power cut may lose the last commits.
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
             with self._db:
                 self._db.executescript(SCHEMA)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except (OSError, sqlite3.Error) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise UserError(
-                f"cannot use the chat history {path}: {reason} (move or delete the file, or set LOCALSPEC_HOME)"
+                f"cannot use the chat history {path}: {reason} (move or delete the file, set LOCALSPEC_HOME, or chat"
+                " with --no-history)"
             ) from None
 
     def close(self) -> None:
@@ -100,14 +111,23 @@ class ChatStore:
 
     def add_turn(self, conversation_id: int, turn: Turn) -> None:
         """Save ``turn`` at the end of the conversation; ``turn.saved_id`` is set to its row."""
-        stats = json.dumps(dataclasses.asdict(turn.stats)) if turn.stats is not None else None
         with self._db:
             cursor = self._db.execute(
                 "INSERT INTO turns (conversation, role, text, drafter, stop_reason, stats) VALUES (?, ?, ?, ?, ?, ?)",
-                (conversation_id, turn.role, turn.text, turn.drafter, turn.stop_reason, stats),
+                (conversation_id, turn.role, turn.text, turn.drafter, turn.stop_reason, _stats_json(turn.stats)),
             )
             self._touch(conversation_id)
         turn.saved_id = cursor.lastrowid
+
+    def update_turn(self, conversation_id: int, turn: Turn) -> None:
+        """Write ``turn``'s text, drafter, stop reason and stats over its saved row (an answer as it streams)."""
+        assert turn.saved_id is not None
+        with self._db:
+            self._db.execute(
+                "UPDATE turns SET text = ?, drafter = ?, stop_reason = ?, stats = ? WHERE id = ?",
+                (turn.text, turn.drafter, turn.stop_reason, _stats_json(turn.stats), turn.saved_id),
+            )
+            self._touch(conversation_id)
 
     def remove_turns(self, conversation_id: int, turns: list[Turn]) -> None:
         """Forget ``turns`` (an answer being regenerated, a question taken back for editing)."""
@@ -132,7 +152,7 @@ class ChatStore:
     def list(self) -> list[SavedConversation]:
         """Conversations with at least one turn, the most recently changed first."""
         rows = self._db.execute(
-            """SELECT c.id, c.model, c.updated, COUNT(t.id),
+            """SELECT c.id, c.model, c.updated, SUM(t.role = 'user'),
                       (SELECT text FROM turns WHERE conversation = c.id AND role = 'user' ORDER BY id LIMIT 1)
                FROM conversations c JOIN turns t ON t.conversation = c.id
                GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"""
@@ -162,6 +182,10 @@ class ChatStore:
 def _title(text: str) -> str:
     line = next((part.strip() for part in text.splitlines() if part.strip()), "")
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+
+
+def _stats_json(stats: Stats | None) -> str | None:
+    return json.dumps(dataclasses.asdict(stats)) if stats is not None else None
 
 
 def _stats(column: str | None) -> Stats | None:
