@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 
 from localspec.events import Finished, Stats, Step
-from localspec.tui.conversation import answer_summary
+from localspec.tui.conversation import Turn, answer_summary
 from localspec.tui.messages import Prefilled
+from localspec.tui.speedup import estimate_speedup
 from localspec.tui.widgets import AnswerView, StatsPanel
 
 
 class LiveAnswer:
-    """One answer from its first frame to its summary line. ``steps`` keeps every step shown, in order."""
+    """One answer from its first frame to its summary line. ``steps`` keeps every step shown, in order; ``turn`` is
+    the answer in the conversation once it has text (saved as it streams)."""
 
     def __init__(self, view: AnswerView, panel: StatsPanel, drafter: str) -> None:
         self.view = view
@@ -21,6 +23,7 @@ class LiveAnswer:
         self.stats = Stats()
         self.t0 = 0.0  # the engine's clock when decoding began (live tok/s is timed on the engine's clock)
         self.last_step_time = 0.0
+        self.turn: Turn | None = None
         panel.reset()
         panel.show_drafter(drafter, None)
         view.repaint(force=True)  # shows "…" until the first tokens arrive
@@ -54,14 +57,9 @@ class LiveAnswer:
         self.view.add_text(finished.tail)
         self.view.drop_ghosts()
         self.view.repaint()
-        self.view.border_subtitle = answer_summary(stats, drafter)
+        self.view.border_subtitle = ""  # the prompt's size, while it streamed
+        self.view.set_summary(answer_summary(stats, drafter))
         self.panel.show_stats(stats, stats.decode_seconds)
-        # speedup: what target-only decoding would have taken (measured cost of one plain step × tokens) over
-        # what this answer took
-        plain = plain_seconds_per_token
-        if plain > 0 and stats.decode_seconds > 0 and stats.generated_tokens:
-            speedup = stats.generated_tokens * plain / stats.decode_seconds
-            self.panel.show_speedup(speedup, f"est. from {plain * 1000:.1f} ms per plain step")
-            return speedup
-        self.panel.show_speedup(None, "speedup  — (no plain step measured yet)")
-        return None
+        estimate = estimate_speedup(stats, plain_seconds_per_token)
+        self.panel.show_speedup(estimate)
+        return estimate.shown if estimate is not None else None

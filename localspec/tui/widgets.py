@@ -17,6 +17,7 @@ from textual.widgets import Label, Sparkline, Static
 
 from localspec.events import Stats, Step, Token
 from localspec.tui.conversation import Turn, answer_summary
+from localspec.tui.speedup import SpeedupEstimate
 
 # Styles are theme variables, resolved by Textual when the Content renders, so the colours follow the theme.
 ACCEPTED_STYLE = "$text-success"
@@ -53,6 +54,7 @@ class AnswerView(Vertical):
     DEFAULT_CSS = """
     AnswerView { height: auto; }
     AnswerView > Static { height: auto; }
+    AnswerView > .summary { color: $text-muted; display: none; }
     """
     FREEZE_CHARS = 600
 
@@ -61,12 +63,22 @@ class AnswerView(Vertical):
         self._done: list[Run] = []  # frozen: rendered once, never ghosts
         self._runs: list[Run] = []  # live: re-rendered on each repaint
         self._live = Static("", markup=False)
+        # the stats line under the answer: inside, where it wraps (in the border it was cut off at 120 columns)
+        self._summary = Static("", markup=False, classes="summary")
+        self.summary = ""
         self.show_ghosts = show_ghosts
         self.ghost_seconds = ghost_seconds
         self._dirty = False
 
     def compose(self) -> ComposeResult:
         yield self._live
+        yield self._summary
+
+    def set_summary(self, text: str) -> None:
+        """The line under the answer (stats, why it stopped); empty: none."""
+        self.summary = text
+        self._summary.update(text)
+        self._summary.display = bool(text)
 
     @property
     def runs(self) -> list[Run]:
@@ -204,7 +216,7 @@ class Transcript(VerticalScroll):
             view = self.start_answer(show_ghosts=False, title="Assistant")
             view.add_text(turn.text)
             view.repaint(force=True)
-            view.border_subtitle = answer_summary(turn.stats, turn.drafter) if turn.stats is not None else ""
+            view.set_summary(saved_summary(turn))
             widget = view
         self.link(turn, widget)
         return widget
@@ -222,6 +234,17 @@ class Transcript(VerticalScroll):
     def clear(self) -> None:
         self._by_turn.clear()
         self.remove_children()
+
+
+INTERRUPTED_MARK = "interrupted: the chat closed before this answer ended · Ctrl+R answers again"
+
+
+def saved_summary(turn: Turn) -> str:
+    """The line under a saved answer. One saved while it streamed and never finished (the chat was quit or crashed)
+    has no stats: it says so."""
+    if turn.stats is not None:
+        return answer_summary(turn.stats, turn.drafter)
+    return INTERRUPTED_MARK if turn.stop_reason == "interrupted" else ""
 
 
 class StatsPanel(Vertical):
@@ -243,7 +266,7 @@ class StatsPanel(Vertical):
         self.lengths: deque[float] = deque(maxlen=self.HISTORY)
         self.show_drafter("auto", None)
         self.show_stats(None, 0.0)
-        self.show_speedup(None)
+        self.show_speedup(None, answered=False)
 
     def show_drafter(self, drafter: str, k: int | None, *, pending: str | None = None) -> None:
         text = f"drafter  {drafter}" + (f"   k {k}" if k is not None else "")
@@ -255,7 +278,7 @@ class StatsPanel(Vertical):
         self.lengths.clear()
         self.query_one("#spark", Sparkline).data = []
         self.show_stats(None, 0.0)
-        self.show_speedup(None)
+        self.show_speedup(None, answered=False)
 
     def add_lengths(self, steps: list[Step]) -> None:
         self.lengths.extend(len(s.emitted) for s in steps)
@@ -281,12 +304,21 @@ class StatsPanel(Vertical):
         self.query_one("#rates", Static).update(Content(rates))
         self.query_one("#positions", Static).update(positions)
 
-    def show_speedup(self, speedup: float | None, detail: str = "") -> None:
-        if speedup is None:
-            text = Content.styled(detail or "speedup  — (after an answer)", "dim")
+    def show_speedup(self, estimate: SpeedupEstimate | None, *, answered: bool = True) -> None:
+        """The estimated speedup of the last answer; None: none yet, or no plain step measured to estimate from."""
+        if estimate is None:
+            why = "no plain step measured yet" if answered else "after an answer"
+            text = Content.styled(f"speedup  — ({why})", "dim")
         else:
+            ms = estimate.plain_seconds * 1000
+            if estimate.capped:  # the plain-step cost is off: say so, with the figure it would have given
+                detail = (f"est., capped at {estimate.ceiling:.2f} tokens/pass\n({ms:.1f} ms per plain step would"
+                          f" give {estimate.raw:.2f}×)")  # fmt: skip
+            else:
+                detail = f"est. from {ms:.1f} ms per plain step"
+            mark = "≤ " if estimate.capped else ""
             text = Content.assemble(
-                ("speedup  ", ""), (f"{speedup:.2f}×", "bold"), (f" vs target-only\n{detail}", "dim")
+                ("speedup  ", ""), (f"{mark}{estimate.shown:.2f}×", "bold"), (f" vs target-only\n{detail}", "dim")
             )
         self.query_one("#speedup", Static).update(text)
 
