@@ -7,8 +7,10 @@ which hides ordering bugs).
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +23,9 @@ from textual.pilot import Pilot  # noqa: E402
 from localspec.tui.app import ChatApp  # noqa: E402
 from localspec.tui.screens import HelpScreen  # noqa: E402
 from tests.test_tui import drive, options, until  # noqa: E402
+
+if TYPE_CHECKING:
+    from localspec.runtime import Runtime
 
 LONG_PROMPT = "Write a very long story about a dragon."
 
@@ -137,3 +142,133 @@ def test_what_the_user_types_stays_text_in_the_prompt(model_path: Path) -> None:
         assert forged.count(end_of_turn) == honest.count(end_of_turn)
 
     drive(app, body)
+
+
+def test_keys_typed_in_the_same_burst_as_enter_stay_in_the_input(model_path: Path) -> None:
+    app = ChatApp(options(model_path, max_tokens=4))
+
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        burst(app, "a", "b", "enter", "c", "d")
+        await until(pilot, lambda: len(sent(app)) == 1 and not app.busy)
+        assert sent(app) == ["ab"]
+        assert app.prompt_input.text == "cd"
+        await pilot.press("e", "enter", "f")  # Pilot's own pacing: the same rule
+        await until(pilot, lambda: len(sent(app)) == 2)
+        assert sent(app)[-1] == "cde" and app.prompt_input.text == "f"
+
+    drive(app, body)
+
+
+def notes(app: ChatApp) -> list[str]:
+    """The toasts the app has shown (and not yet dismissed)."""
+    return [n.message for n in app._notifications]
+
+
+def parsed_keys(data: str) -> list[events.Key]:
+    """The Key events Textual's terminal parser makes of ``data``, as the driver would post them."""
+    from textual._xterm_parser import XTermParser
+
+    return [event for event in XTermParser().feed(data) if isinstance(event, events.Key)]
+
+
+def test_shift_enter_in_the_xterm_form_is_a_new_line(model_path: Path) -> None:
+    """xterm's modifyOtherKeys sends Shift+Enter as ESC[27;2;13~ (kitty: ESC[13;2u): both start a new line."""
+    app = ChatApp(options(model_path, max_tokens=2))
+
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        assert app._driver is not None
+        for event in parsed_keys("one\x1b[27;2;13~two\x1b[13;2uthree"):
+            event.set_sender(app)
+            app._driver.send_message(event)
+        await until(pilot, lambda: app.prompt_input.text.endswith("three"), timeout=20)
+        assert app.prompt_input.text == "one\ntwo\nthree" and sent(app) == []
+
+    drive(app, body)
+
+
+def test_keys_typed_while_the_model_loads_are_kept_and_a_question_waits(model_path: Path) -> None:
+    """The input takes keys from the start; Enter before the model is open queues the question until it is."""
+    from localspec.settings import Settings
+    from localspec.tui.engine import open_runtime
+
+    loading = threading.Event()
+
+    def slow_open(settings: Settings) -> Runtime:
+        loading.wait(120)  # the model opens only when the test says so
+        return open_runtime(settings)
+
+    app = ChatApp(options(model_path, max_tokens=3), runtime_factory=slow_open)
+
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        try:
+            await pilot.pause()
+            burst(app, *"Say hi.", "enter", *"next")
+            await until(pilot, lambda: app.prompt_input.text == "next", timeout=20)
+            assert not app.ready and sent(app) == []  # nothing went to the model yet
+            assert [str(w.render()) for w in app.query(".user")] == ["Say hi."]  # but the question is shown
+            burst(app, "enter")  # one question waits at a time: this one stays in the input
+            await pilot.pause()
+            assert app.prompt_input.text == "next"
+        finally:
+            loading.set()
+        await until(pilot, lambda: len(app.conversation.turns) == 2 and not app.busy)
+        assert sent(app) == ["Say hi."] and app.conversation.turns[-1].role == "assistant"
+        assert app.prompt_input.text == "next"
+
+    drive(app, body)
+
+
+def test_ctrl_c_stops_an_answer_and_otherwise_says_how_to_quit(model_path: Path) -> None:
+    app = ChatApp(options(model_path, drafter="none", k=None, max_tokens=2000))
+
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        await pilot.press("ctrl+c")
+        assert any("Ctrl+Q quits" in n for n in notes(app)) and app.is_running
+        await start_long_answer(pilot, app)
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: not app.busy)
+        assert app.last_finished is not None and app.last_finished.reason == "interrupted"
+        assert any("Stopping the answer. Ctrl+Q quits." in n for n in notes(app))
+        # with text selected in the input it copies, as in any editor
+        await pilot.press(*"copy me", "shift+home")
+        await pilot.press("ctrl+c")
+        assert app.clipboard == "copy me" and app.is_running
+
+    drive(app, body)
+
+
+def test_slash_commands(model_path: Path) -> None:
+    """/help, /new, /quit do what their keys do; an unknown /word stays in the input with a hint; // sends a /."""
+    from localspec.tui.screens import ConfirmScreen
+
+    app = ChatApp(options(model_path, max_tokens=2))
+
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        await pilot.press(*"/help", "enter")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), timeout=10)
+        assert "/quit" in str(app.screen.query_one("#help-text").render())
+        await pilot.press("escape")
+        assert app.prompt_input.text == "" and sent(app) == []
+
+        await pilot.press(*"/frobnicate", "enter")
+        assert app.prompt_input.text == "/frobnicate" and sent(app) == []
+        assert any("/frobnicate is not a command" in n and "//" in n for n in notes(app))
+        app.prompt_input.set_text("//frobnicate")
+        await pilot.press("enter")
+        await until(pilot, lambda: len(app.conversation.turns) == 2 and not app.busy)
+        assert sent(app) == ["/frobnicate"]
+
+        await pilot.press(*"/new", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=10)
+        await pilot.press("y")
+        assert app.conversation.turns == []
+
+        await pilot.press(*"/QUIT", "enter")
+        await until(pilot, lambda: not app.is_running, timeout=20)
+
+    drive(app, body)
+    assert app.return_code == 0

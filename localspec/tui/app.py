@@ -17,6 +17,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
 from textual.widgets import Footer, Header
 from textual.worker import get_current_worker
 
@@ -38,6 +39,7 @@ from localspec.tui.messages import (
 from localspec.tui.prompt import PromptInput
 from localspec.tui.screens import ContextFullScreen, HelpScreen
 from localspec.tui.session import Session
+from localspec.tui.slash import as_message, command_word, find, unknown_hint
 from localspec.tui.widgets import Legend, StatsPanel, Transcript
 
 if TYPE_CHECKING:
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
     from localspec.tui.store import ChatStore
 
 NARROW_BELOW = 80  # columns: narrower than this, the stats panel folds away and the transcript takes the width
+LOADING_PLACEHOLDER = "Loading the model… type away: Enter sends once it is open"
+READY_PLACEHOLDER = "Ask something and press Enter  (Shift+Enter: new line · F1 or ?: help)"
 
 
 class ChatApp(ConversationCommands, App[None]):
@@ -69,6 +73,9 @@ class ChatApp(ConversationCommands, App[None]):
         Binding("ctrl+s", "save", "Save", show=False, priority=True),
         Binding("f1", "help", "Help", priority=True),  # and `?` in an empty input (PromptInput decides)
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # Textual 8 binds Ctrl+C to copy in the input (nothing without a selection) and, below it, to a hint; older
+        # versions quit with it. Here it copies a selection, else stops an answer, else says how to quit.
+        Binding("ctrl+c", "interrupt", show=False, priority=True),
     ]
 
     def __init__(
@@ -84,11 +91,13 @@ class ChatApp(ConversationCommands, App[None]):
         """``store``: where conversations are saved as they happen (None: nowhere); ``resume``: a saved one."""
         super().__init__()
         self.options = options
-        self.save_dir = save_dir or Path.cwd()
+        self.save_dir = (save_dir or Path.cwd()).absolute()  # said in full when a transcript is saved there
         self.engine = Engine(options, self.post_message, runtime_factory)
         self.session = Session(store, system, on_error=self._store_failed)
         self._resume = resume
         self.ready = False  # the model is open
+        self.failed = False  # the model could not be opened
+        self._queued: tuple[str, Widget] | None = None  # a question sent while the model loads, and its widget
         self.busy = False  # an answer is being generated
         self.show_ghosts = True
         self.drafter_choice = options.speculation.drafter  # what the next answer uses
@@ -108,7 +117,8 @@ class ChatApp(ConversationCommands, App[None]):
             with Vertical(id="side"):
                 yield StatsPanel(id="stats")
                 yield Legend()
-        yield PromptInput(placeholder="Loading the model…", id="prompt", disabled=True)
+        # enabled while the model loads: what is typed meanwhile stays, and Enter queues the question
+        yield PromptInput(submit=self._submit, placeholder=LOADING_PLACEHOLDER, id="prompt")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -118,6 +128,7 @@ class ChatApp(ConversationCommands, App[None]):
         self.stats_panel.show_drafter(self.drafter_choice, None)
         if self._resume is not None:
             self._show_saved(self._resume)
+        self.prompt_input.focus()
         self._open_runtime()
 
     @property
@@ -167,16 +178,22 @@ class ChatApp(ConversationCommands, App[None]):
         )
         for notice in message.notices:
             self.transcript.add_notice(notice, severity="warning")
-        box = self.prompt_input
-        box.placeholder = "Ask something and press Enter  (Shift+Enter: new line · F1 or ?: help)"
-        box.disabled = False
-        box.focus()
+        self.prompt_input.placeholder = READY_PLACEHOLDER
+        if self._queued is not None:
+            text, widget = self._queued
+            self._queued = None
+            turn = self.session.add_user(text)
+            self.transcript.link(turn, widget)
+            self._ask()
 
     def on_runtime_failed(self, message: RuntimeFailed) -> None:
+        self.failed = True
         self.sub_title = "no model"
         self.transcript.add_notice(f"The model could not be opened: {message.error}", severity="error")
         self.transcript.add_notice("Quit with Ctrl+Q and start again with another --model.")
-        self.prompt_input.placeholder = "No model: press Ctrl+Q to quit"
+        box = self.prompt_input
+        box.placeholder = "No model: press Ctrl+Q to quit"
+        box.disabled = True
 
     async def on_unmount(self) -> None:
         # Quitting mid-answer: stop the answer at its next step, then free llama.cpp only once it let go.
@@ -186,20 +203,45 @@ class ChatApp(ConversationCommands, App[None]):
 
     # ---- asking ---------------------------------------------------------------------------------------------
 
-    def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
-        text = event.text
-        if not text:
-            return
-        if not self.ready:
-            self.notify("The model is not open yet.", severity="warning")
-            return
+    def _submit(self, text: str) -> bool:
+        """Enter in the input, decided at once (the input clears when this says True): a /command or a question."""
+        word = command_word(text)
+        if word is None:
+            return self._send(as_message(text))
+        command = find(word)
+        if command is None:
+            self.notify(unknown_hint(word), severity="warning", timeout=6)
+            return False  # stays in the input, to be fixed or sent with //
+        # after this key: an action may open a dialog, or quit
+        self.call_next(self.run_action, command.action)
+        return True
+
+    def _send(self, text: str) -> bool:
+        box = self.prompt_input
+        if self.failed:
+            self.notify("No model is open: Ctrl+Q quits.", severity="warning")
+            return False
         if self.busy:
             self.notify("An answer is being written: wait, or press Esc to stop it.", severity="warning")
-            return
-        event.prompt_input.set_text("")
-        event.prompt_input.remember(text)
+            return False
+        if not self.ready:
+            if self._queued is not None:
+                self.notify("A question is already waiting for the model.", severity="warning")
+                return False
+            box.remember(text)
+            self._queued = (text, self.transcript.add_user(text))
+            self.transcript.add_notice("The model is still loading: the question is sent once it is open.")
+            return True
+        box.remember(text)
         self.transcript.show_turn(self.session.add_user(text))
         self._ask()
+        return True
+
+    def _unqueue(self) -> None:
+        """The screen is cleared while a question waits for the model: the question goes back into the input."""
+        if self._queued is not None:
+            self.prompt_input.put_back(self._queued[0])
+            self._queued = None
 
     def _count_tokens(self, messages: list[Message]) -> int:
         return len(self._tokens(messages))
@@ -247,22 +289,44 @@ class ChatApp(ConversationCommands, App[None]):
         if self._live is not None:
             self._live.prefilled(message)
 
-    def _drain(self, *, final: bool = False) -> None:
-        """Timer tick: move the steps the engine queued onto the screen, in one repaint."""
+    def _drain(self, *, final: bool = False, save: bool = True) -> None:
+        """Timer tick: move the steps the engine queued onto the screen, in one repaint, and save what it shows."""
         if not final and self._frames.skip():
             return  # the queue keeps the steps; a later frame shows them all at once
         steps, stamp = self.engine.take_steps()
         if self._live is not None:
             self._live.show(steps, stamp)
+            if steps and save:
+                self._save_partial()
+
+    def _save_partial(self) -> None:
+        """Save the answer as far as it is on screen, marked interrupted until it ends: quitting mid-answer, a
+        closed terminal or a crash keeps it. One small transaction per repaint (the store writes ahead)."""
+        live = self._live
+        if live is None or not self.busy:
+            return
+        text = live.view.text
+        if not text or (live.turn is not None and live.turn.text == text):
+            return  # nothing new; and never an empty answer
+        created = live.turn is None
+        live.turn = self.session.save_answer(live.turn, text, None, live.drafter, "interrupted")
+        if created:
+            self.transcript.link(live.turn, live.view)
 
     def on_answer_finished(self, message: AnswerFinished) -> None:
-        self._drain(final=True)
+        self._drain(final=True, save=False)  # the final save follows
         finished = self.last_finished = message.finished
         self._end_generation()
-        if self._live is not None:
-            self.last_speedup = self._live.finish(finished, message.drafter, message.plain_seconds_per_token)
-            turn = self.session.add_assistant(self._live.view.text, finished.stats, message.drafter, finished.reason)
-            self.transcript.link(turn, self._live.view)
+        live = self._live
+        if live is not None:
+            self.last_speedup = live.finish(finished, message.drafter, message.plain_seconds_per_token)
+            if not live.view.text and finished.reason == "interrupted":
+                self._stopped_before_answering()
+                return
+            live.turn = self.session.save_answer(
+                live.turn, live.view.text, finished.stats, message.drafter, finished.reason
+            )
+            self.transcript.link(live.turn, live.view)
         if finished.reason == "interrupted":
             self.transcript.add_notice("Stopped. The partial answer stays in the conversation.")
         elif finished.reason == "length":
@@ -271,6 +335,17 @@ class ChatApp(ConversationCommands, App[None]):
             )
         elif finished.reason == "context_full":
             self._offer_context_choice("The answer filled the context window (--ctx) and stopped.")
+
+    def _stopped_before_answering(self) -> None:
+        """Esc before the first token: no empty answer is kept; the question goes back into the input (in front of
+        anything typed since), so the conversation still alternates and Enter asks again."""
+        question = self.conversation.last("user")
+        self._live = None
+        if question is None:
+            return
+        self.transcript.take_back(self.session.take_back(question))
+        self.prompt_input.put_back(question.text)
+        self.transcript.add_notice("Stopped before the answer began: your question is back in the input.")
 
     def on_answer_failed(self, message: AnswerFailed) -> None:
         self._drain()
@@ -324,7 +399,7 @@ class ChatApp(ConversationCommands, App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
             return True if self.busy else None  # shown dimmed while there is nothing to stop
-        if action in ("help", "quit"):
+        if action in ("help", "quit", "interrupt"):
             return True
         return len(self.screen_stack) == 1  # the others act on the chat, not on a dialog over it
 
@@ -339,6 +414,18 @@ class ChatApp(ConversationCommands, App[None]):
     def action_stop(self) -> None:
         if self.busy:
             self.engine.stop_requested.set()
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C: people press it to stop an answer, or to quit. Copy a selection, else stop, else say what quits."""
+        selected = self.prompt_input.selected_text if self.prompt_input.has_focus else ""
+        if selected:
+            self.copy_to_clipboard(selected)
+            self.notify(f"Copied ({len(selected)} characters).", timeout=2)
+        elif self.busy:
+            self.action_stop()
+            self.notify("Stopping the answer. Ctrl+Q quits.", timeout=4)
+        else:
+            self.notify("Ctrl+Q quits; Esc stops an answer; F1 shows every key.", timeout=4)
 
     def action_cycle_drafter(self) -> None:
         cycle = [d for d in DRAFTERS if d != "draft" or self.options.speculation.draft_model]
@@ -368,9 +455,12 @@ class ChatApp(ConversationCommands, App[None]):
             self.notify(f"Could not save {path}: {exc.strerror or exc}", severity="error")
             return
         self.last_saved = path
-        self.notify(f"Saved {path}", timeout=4)
+        # in the transcript, not a toast that fades: the full path, to be found later
+        self.transcript.add_notice(f"Saved the transcript to {path}")
 
     async def action_quit(self) -> None:
         self.engine.stop_requested.set()  # the answer stops at its next step; on_unmount waits before closing
+        if self.busy:
+            self._drain(final=True)  # what the engine wrote by now is saved, marked interrupted
         self.exit()
 

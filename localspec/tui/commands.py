@@ -46,7 +46,7 @@ class ConversationCommands:
         if not self._can_change() or turn is None:
             return
         self._take_back(turn)
-        self.prompt_input.set_text(turn.text)
+        self.prompt_input.put_back(turn.text)  # anything typed meanwhile stays, after it
         self.prompt_input.focus()
         self.notify("Edit your message, then Enter sends it again.", timeout=3)
 
@@ -73,6 +73,7 @@ class ConversationCommands:
     def _clear(self: ChatApp) -> None:
         # the model's cache needs no reset: the next prompt shares only its opening with the old one, and the
         # generator re-uses exactly the common prefix
+        self._unqueue()
         self.session.new()
         self.transcript.clear()
         self._live = None
@@ -112,6 +113,7 @@ class ConversationCommands:
         except UserError as exc:
             self.transcript.add_notice(str(exc), severity="error")
             return
+        self._unqueue()
         self.transcript.clear()
         self._live = None
         self.stats_panel.reset()

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import ClassVar
 
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.message import Message
 from textual.widgets import TextArea
+
+# Keys Textual names after a raw control character: xterm's modifyOtherKeys form of a modified key,
+# ESC[27;<modifiers>;<code>~, comes out as "shift+\r" for Shift+Enter, which matches no binding (it was swallowed)
+_CONTROL_KEYS = {"\r": "enter", "\t": "tab", "\x1b": "escape", "\x7f": "backspace"}
+
+
+def key_name(key: str) -> str:
+    """``key`` as Textual names it for the kitty form of the same key: ``shift+\\r`` → ``shift+enter``."""
+    *modifiers, last = key.split("+")
+    return "+".join([*modifiers, _CONTROL_KEYS.get(last, last)]) if modifiers else key
 
 
 class PromptInput(TextArea):
@@ -21,24 +30,29 @@ class PromptInput(TextArea):
     app through the queues of every ancestor: typed fast, ``…ghi3⌫⌫⌫⌫XYZ`` became ``…ghi3XYZ`` and then lost
     letters to the late Backspaces. For the same reason ``?`` (help, when the box is empty) is decided here: the
     app, looking from outside, saw an empty box while the earlier keys were still queued for it.
+
+    Enter hands the text to ``submit`` at once, and clears the box when it was taken: keys typed right after Enter
+    are already queued behind it, and a message handled later would clear them too (``ab⏎cd`` lost the ``cd``).
     """
-
-    @dataclass
-    class Submitted(Message):
-        """Enter was pressed; ``text`` is what the box holds, trimmed (the app decides whether it can be sent)."""
-
-        prompt_input: PromptInput
-        text: str
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("shift+enter,ctrl+j", "newline", "New line", show=False),
     ]
 
-    def __init__(self, *, placeholder: str = "", id: str | None = None, disabled: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        submit: Callable[[str], bool] = lambda _: False,
+        placeholder: str = "",
+        id: str | None = None,
+        disabled: bool = False,
+    ) -> None:
+        """``submit(text)``: Enter with ``text`` (trimmed, not empty); True if it was taken (the box clears)."""
         super().__init__(
             soft_wrap=True, tab_behavior="focus", highlight_cursor_line=False, placeholder=placeholder, id=id,
             disabled=disabled,
         )  # fmt: skip
+        self.submit = submit
         self.sent: list[str] = []  # the user's earlier messages, oldest first (Up recalls them)
         self._recalled: int | None = None  # index into history of the message shown, None: the user's draft
         self._draft = ""
@@ -47,10 +61,10 @@ class PromptInput(TextArea):
 
     async def _on_key(self, event: events.Key) -> None:
         # Runs before TextArea's own handler (Textual dispatches along the class hierarchy until prevent_default).
-        key = event.key
+        key = key_name(event.key)
         if key == "enter":
             self._consume(event)
-            self.post_message(self.Submitted(self, _trim(self.text)))
+            self._send()
         elif event.character == "?" and not self.text:
             self._consume(event)
             await self.run_action("app.help")
@@ -66,6 +80,11 @@ class PromptInput(TextArea):
                 self._consume(event)
                 await self.run_action(binding.action)
             # otherwise TextArea inserts it (printable) or it bubbles up to the app's bindings (Esc, F2, …)
+
+    def _send(self) -> None:
+        text = _trim(self.text)
+        if text and self.submit(text):
+            self.set_text("")
 
     @staticmethod
     def _consume(event: events.Key) -> None:
@@ -113,10 +132,19 @@ class PromptInput(TextArea):
         self.move_cursor(self.document.end)
 
     def set_text(self, text: str) -> None:
-        """Replace the box's content (the app clears it after sending, or puts a message back for editing)."""
+        """Replace the box's content."""
         self.load_text(text)
         self._recalled = None
         self.move_cursor(self.document.end)
+
+    def put_back(self, text: str) -> None:
+        """Put a message taken back for editing in front of what is being typed (which stays, on the next line);
+        the cursor goes to the end of the message."""
+        typed = self.text
+        self.load_text(text + ("\n" + typed if typed.strip() else ""))
+        self._recalled = None
+        lines = text.split("\n")
+        self.move_cursor((len(lines) - 1, len(lines[-1])) if typed.strip() else self.document.end)
 
 
 def _trim(text: str) -> str:

@@ -13,11 +13,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
+from localspec.tui.slash import COMMANDS
 from localspec.tui.store import SavedConversation
 
 HELP_TEXT = """\
 Type a message and press Enter; Shift+Enter or Ctrl+J starts a new line, and a
 paste keeps all its lines. The answer streams in as the target accepts tokens.
+You can type while the model loads: Enter then sends once it is open.
 
 Colours: green tokens came from the drafter and the target accepted them; plain
 ones the target wrote itself; dim struck-through text (briefly) is a draft the
@@ -28,25 +30,39 @@ are the branch that won, and each losing branch follows in [brackets].
 Keys
   Enter         send                  Shift+Enter, Ctrl+J   new line
   Up / Down     your earlier messages (on the first / last line of the input)
-  Esc           stop the answer being written (what is there stays)
+  Esc, Ctrl+C   stop the answer being written (what is there stays; stopped
+                before it began, your question goes back into the input)
   Ctrl+R        write the last answer again
   F3            take your last message back to edit it; Enter resends it
-  F4            copy the last answer
-  Ctrl+O        saved conversations: Enter resumes one, d deletes it
+  F4            copy the last answer (Ctrl+C copies text selected in the input)
+  Ctrl+O        saved conversations: Enter resumes one, d deletes it (asks)
   Ctrl+L        start a new conversation (asks first; a saved one stays saved)
   F2            next drafter: none → ngram → draft → early-exit → auto
   Ctrl+G        show / hide rejected drafts
-  Ctrl+S        save the transcript as Markdown
+  Ctrl+S        save the transcript as Markdown (the chat says where)
   F1, or ?      this help (? in an empty input)
   Ctrl+Q        quit
 
-Conversations are saved as they happen; `localspec chat --resume` continues the
-latest. Stats: tok/s is generated tokens over decoding time; acceptance is
-accepted / drafted tokens; length is tokens gained per target pass (1.0: plain
-decoding); branches (once a pass verified a token tree) is the candidates per
-tree pass, and how many passes were trees. The speedup estimates how much longer
-target-only decoding would have taken, from the measured cost of one plain step.
+Commands (a message that is only a /word)
+{commands}
+  Any other /word is not sent; start a message with // to send it with one /.
+
+Conversations are saved as they happen, an answer while it streams;
+`localspec chat --resume` continues the latest. Stats: tok/s is generated tokens
+over decoding time; acceptance is accepted / drafted tokens; length is tokens
+gained per target pass (1.0: plain decoding); branches (once a pass verified a
+token tree) is the candidates per tree pass, and how many passes were trees.
+The speedup is an estimate (est.) of how much longer target-only decoding would
+have taken, from the cost of one plain step; it is never shown above the tokens
+per pass, since a pass costs at least a plain step (≤: it was capped there).
 """
+
+
+def help_text() -> str:
+    commands = "\n".join(
+        f"  {' '.join('/' + n for n in c.names):<13} {c.does}" for c in COMMANDS
+    )
+    return HELP_TEXT.format(commands=commands)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -57,7 +73,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Static(Content("localspec chat — help"), classes="panel-title")
-            yield Static(Content(HELP_TEXT), id="help-text")
+            yield Static(Content(help_text()), id="help-text")
             yield Button("Close (Esc)", id="help-close", variant="primary")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -142,7 +158,8 @@ class ConversationsScreen(ModalScreen[int | None]):
             yield Static(Content("Saved conversations"), classes="panel-title")
             options = [Option(Content(f"{c.id:>4}  {c.describe()}"), id=str(c.id)) for c in self.saved]
             yield OptionList(*options, id="conversations")
-            hint = "Enter resume · d delete · Esc close" if self.saved else "No saved conversations yet. Esc closes."
+            hint = ("Enter resume · d delete (asks first) · Esc close" if self.saved
+                    else "No saved conversations yet. Esc closes.")  # fmt: skip
             yield Static(Content.styled(hint, "dim"))
 
     def on_mount(self) -> None:
@@ -156,15 +173,24 @@ class ConversationsScreen(ModalScreen[int | None]):
         self.dismiss(int(event.option.id))
 
     def action_delete(self) -> None:
+        """Ask first: a conversation deleted is gone (there is no undo)."""
         options = self.query_one(OptionList)
         index = options.highlighted
         if index is None:
             return
         option = options.get_option_at_index(index)
         assert option.id is not None
-        if self._delete(int(option.id)):
-            options.remove_option_at_index(index)
-            self.notify("Conversation deleted.", timeout=2)
+        chosen = next(c for c in self.saved if c.id == int(option.id))
+
+        def answered(yes: bool | None) -> None:
+            if yes and self._delete(chosen.id):
+                options.remove_option(str(chosen.id))
+                self.notify(f"Conversation {chosen.id} deleted.", timeout=2)
+            options.focus()
+
+        turns = "1 turn" if chosen.turns == 1 else f"{chosen.turns} turns"
+        detail = f"“{chosen.title}” ({turns}) is deleted for good."
+        self.app.push_screen(ConfirmScreen(f"Delete conversation {chosen.id}?", detail, "Delete"), answered)
 
     def action_close(self) -> None:
         self.dismiss(None)
