@@ -81,12 +81,13 @@ def test_chat_in_a_real_terminal(model_path: Path, tmp_path: Path) -> None:
         # Ctrl+J starts a second line of the message (a terminal sends it as a line feed); Enter sends both
         term.keys("Repeat: one two three,", literal=True)
         term.keys("C-j")
-        term.keys("one two three.", literal=True)
-        term.keys("Enter")
+        # Enter and the next keys in one write, as fast typing arrives: the keys after Enter stay in the input
+        term.keys("one two three.", "Enter", "after1")
         term.wait_for(lambda s: "Assistant" in s, 30, "the answer to start")
         screen = term.wait_for(lambda s: "tok/s" in s and "tokens ·" in s, 90, "the answer to finish")
         (tmp_path / "screen.txt").write_text(screen)
         assert "Repeat: one two three" in screen, screen  # the question in the transcript
+        assert "after1" in screen.splitlines()[-3], screen  # in the input, above the footer
         assert "accept" in screen and "speedup" in screen, screen  # the stats panel
         term.keys("C-q")
         deadline = time.monotonic() + 20
