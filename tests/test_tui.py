@@ -499,3 +499,22 @@ def test_ctrl_s_says_the_full_path_of_the_transcript(tmp_path: Path, monkeypatch
         assert any(str(saved) in n for n in notices), notices  # in the transcript: it does not fade
 
     drive(app, body)
+
+
+def test_the_first_start_says_it_measures_this_machine(model_path: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """No calibration yet (a fresh data folder): the chat says what the first start is doing, and for how long,
+    instead of a silent "Loading the model…"."""
+    import dataclasses
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    adaptive = options(model_path, k=None)
+    few = dataclasses.replace(adaptive, speculation=dataclasses.replace(adaptive.speculation, k_max=2))
+    app = ChatApp(few)
+
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        notices = [str(n.render()) for n in app.query(".notice")]
+        assert any(n.startswith("Measuring this machine's pass costs, once: ~") for n in notices), notices
+
+    drive(app, body)

@@ -26,7 +26,7 @@ from localspec.events import Finished, Prefill, Step
 from localspec.settings import DRAFTERS
 from localspec.tui.commands import ConversationCommands
 from localspec.tui.conversation import Conversation
-from localspec.tui.engine import REPAINT_HZ, Engine, FrameBudget, open_runtime
+from localspec.tui.engine import REPAINT_HZ, Engine, FrameBudget
 from localspec.tui.live import LiveAnswer
 from localspec.tui.messages import (
     AnswerFailed,
@@ -34,6 +34,7 @@ from localspec.tui.messages import (
     DrafterSwitched,
     Prefilled,
     RuntimeFailed,
+    RuntimeLoading,
     RuntimeReady,
 )
 from localspec.tui.prompt import PromptInput
@@ -86,7 +87,7 @@ class ChatApp(ConversationCommands, App[None]):
         save_dir: Path | None = None,
         store: ChatStore | None = None,
         resume: int | None = None,
-        runtime_factory: Callable[[Settings], Runtime] = open_runtime,
+        runtime_factory: Callable[[Settings], Runtime] | None = None,
     ) -> None:
         """``store``: where conversations are saved as they happen (None: nowhere); ``resume``: a saved one."""
         super().__init__()
@@ -185,6 +186,9 @@ class ChatApp(ConversationCommands, App[None]):
             turn = self.session.add_user(text)
             self.transcript.link(turn, widget)
             self._ask()
+
+    def on_runtime_loading(self, message: RuntimeLoading) -> None:
+        self.transcript.add_notice(message.text[:1].upper() + message.text[1:])
 
     def on_runtime_failed(self, message: RuntimeFailed) -> None:
         self.failed = True

@@ -30,6 +30,7 @@ from localspec.tui.messages import (
     DrafterSwitched,
     Prefilled,
     RuntimeFailed,
+    RuntimeLoading,
     RuntimeReady,
 )
 
@@ -52,10 +53,10 @@ MIN_FRAME_SECONDS = 0.5  # whatever the budget, the answer moves at least this o
 INSTRUCT_BY_ARCH = {"gemma3": "gemma3-270m-it"}
 
 
-def open_runtime(options: Settings) -> Runtime:
+def open_runtime(options: Settings, say: Callable[[str], None] | None = None) -> Runtime:
     from localspec.runtime import Runtime
 
-    return Runtime.open(options)
+    return Runtime.open(options, say=say)
 
 
 class Engine:
@@ -65,11 +66,13 @@ class Engine:
         self,
         options: Settings,
         post: Callable[[Message], Any],
-        runtime_factory: Callable[[Settings], Runtime] = open_runtime,
+        runtime_factory: Callable[[Settings], Runtime] | None = None,
     ) -> None:
         self.options = options
         self._post = post
-        self._runtime_factory = runtime_factory
+        # what the first start measures (a few seconds, once per machine) is said in the chat, not on a hidden stderr
+        self._runtime_factory = runtime_factory or (
+            lambda settings: open_runtime(settings, say=lambda text: post(RuntimeLoading(text))))
         self.rt: Runtime | None = None
         self._lock = threading.Lock()  # held while the engine uses the runtime; closing waits for it
         # Textual's workers only wait for this thread, so the compute threads llama.cpp spawns from it keep normal

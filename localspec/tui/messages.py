@@ -24,6 +24,13 @@ class RuntimeReady(Message):
 
 
 @dataclass
+class RuntimeLoading(Message):
+    """What opening the model is doing that takes a while (measuring this machine's pass costs, once)."""
+
+    text: str
+
+
+@dataclass
 class RuntimeFailed(Message):
     """The model could not be opened; ``error`` is the one-line reason shown to the user."""
 
