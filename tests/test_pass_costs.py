@@ -8,7 +8,7 @@ import pytest
 
 from localspec.bench.replay import load_cost_table
 from localspec.drafters.base import Draft
-from localspec.speculative.costs import MIN_PASSES, STALE_AFTER, PassCosts
+from localspec.speculative.costs import LEVEL_WINDOW, MIN_PASSES, STALE_AFTER, PassCosts
 from localspec.speculative.policy import DraftPolicy
 from tests.test_policy import COSTS, LOOKUP, PASSAGE, policy
 
@@ -65,15 +65,23 @@ def test_a_busy_calibration_converges_to_the_quiet_curve(seed: int) -> None:
 
 def test_a_size_left_while_the_machine_was_busy_is_priced_again_from_the_level() -> None:
     costs = PassCosts(dict(QUIET))
-    for _ in range(WINDOW_PASSES):  # a busy spell while the policy drafted 7 tokens: size 8 looks dear
+    for _ in range(LEVEL_WINDOW):  # a busy spell while the policy drafted 7 tokens: size 8 (and 1) look dear
         costs.update(8, QUIET[8] * 3)
+        costs.update(1, QUIET[1] * 3)
     assert costs(8) == pytest.approx(QUIET[8] * 3)
-    for _ in range(STALE_AFTER):  # then plain steps only, on a quiet machine
+    for _ in range(LEVEL_WINDOW):  # then plain steps only, on a quiet machine
         costs.update(1, QUIET[1])
     assert costs(8) == pytest.approx(QUIET[8], rel=0.01)
 
 
-WINDOW_PASSES = 9
+def test_a_size_not_used_for_long_is_priced_again_from_the_level() -> None:
+    costs = PassCosts(dict(QUIET))
+    for _ in range(MIN_PASSES):  # a short busy spell on one size only: the level hardly moved
+        costs.update(8, QUIET[8] * 3)
+    assert costs(8) == pytest.approx(QUIET[8] * 3)
+    for _ in range(STALE_AFTER):
+        costs.update(1, QUIET[1])
+    assert costs(8) == pytest.approx(QUIET[8], rel=0.01)
 
 
 def test_no_calibration_learns_from_the_first_pass() -> None:

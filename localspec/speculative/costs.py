@@ -13,9 +13,10 @@ rules keep one slow pass, or one busy minute, from steering the draft length:
   happens to use. The shape is kept as measured: on CPUs, a pass of 3 tokens costs more than one of 4, and
   flattening it loses speed.
 
-Figures expire after a while, so a size the policy stopped using while the machine was busy is priced again from
-the level of the recent passes, not from its busy figure forever (a lock that used to switch drafting off for the
-rest of a generation: the policy never drafts at a size that looks dear, so it never sees it get cheap again).
+A size's own passes are set aside once the machine runs calmer than when they were taken (the level has fallen), and
+expire after a long while in any case, so a size the policy stopped using while the machine was busy is priced again
+from the level of the recent passes, not from its busy figure forever (a lock that used to switch drafting off for
+the rest of a generation: the policy never drafts at a size that looks dear, so it never sees it get cheap again).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ WINDOW = 9  # recent passes kept per size
 MIN_PASSES = 3  # passes of its own before a size's figure replaces the calibration's: one slow pass never stands alone
 LEVEL_WINDOW = 32  # recent passes that say how fast the machine runs now, relative to the calibration
 DRAFT_LEVEL_PASSES = 8  # draft passes among them before they alone set the level
-STALE_AFTER = 256  # passes after which a size's own passes are forgotten (the machine may have changed since)
+STALE_AFTER = 1024  # passes after which a size's own passes are forgotten (the machine may have changed since)
+CALMER = 1.25  # a size's passes taken while the level was this much higher than now are of a busier machine
+SWEEP_EVERY = 64  # passes between recomputing every size's figure (expiry; the level moving recomputes them too)
 
 
 def low_quantile(values: list[float]) -> float:
@@ -46,42 +49,61 @@ class PassCosts:
     """Seconds per target pass by tokens in the pass; ``update`` after every pass, call it for any size."""
 
     calibrated: dict[int, float] = field(default_factory=dict)
-    _passes: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)  # size → (pass number, seconds)
+    # size → (pass number, the level then, seconds)
+    _passes: dict[int, deque[tuple[int, float, float]]] = field(default_factory=dict)
     _ratios: deque[tuple[bool, float]] = field(default_factory=lambda: deque(maxlen=LEVEL_WINDOW))
     _count: int = 0
+    # derived, kept up to date by ``update`` so that a step pays for the size it used, not for all of them
+    _level: float = 1.0
+    _own: dict[int, tuple[float, int]] = field(default_factory=dict)  # size → (figure, passes it rests on)
+    _swept: tuple[int, float] = (0, 1.0)  # (pass number, level) when every size's figure was last recomputed
     _curve: list[float] = field(default_factory=list)  # dense cache of __call__, rebuilt after each update
 
     def update(self, n: int, seconds: float) -> None:
         self._count += 1
-        window = self._passes.get(n)
-        if window is None:
-            window = self._passes[n] = deque(maxlen=WINDOW)
-        window.append((self._count, seconds))
         bare = self.calibrated.get(n)
         if bare:
             self._ratios.append((n > 1, seconds / bare))
+            self._level = self._measure_level()
+        window = self._passes.get(n)
+        if window is None:
+            window = self._passes[n] = deque(maxlen=WINDOW)
+        window.append((self._count, self._level, seconds))
+        when, level = self._swept
+        if self._count - when >= SWEEP_EVERY or not level / 1.05 <= self._level <= level * 1.05:
+            self._swept = (self._count, self._level)
+            for m in self._passes:
+                self._refresh(m)
+        else:
+            self._refresh(n)
         self._curve = []
 
     def known(self) -> bool:
         return bool(self.calibrated or self._passes)
 
     def level(self) -> float:
-        """Live ÷ calibrated, a low quantile of recent passes (noise only adds): 1 until the loop has made a few.
+        """Live ÷ calibrated, a low quantile of recent passes (noise only adds): 1 until the loop has made a few."""
+        return self._level
 
-        Passes that verify a draft say it best (they carry the rollback and the rows to check, as every size but
-        1 does), once there are enough of them that a few slow ones cannot set it; all passes stand in until then."""
+    def _measure_level(self) -> float:
+        # Passes that verify a draft say it best (they carry the rollback and the rows to check, as every size but 1
+        # does), once there are enough of them that a few slow ones cannot set it; all passes stand in until then.
         drafts = [r for draft, r in self._ratios if draft]
         ratios = drafts if len(drafts) >= DRAFT_LEVEL_PASSES else [r for _, r in self._ratios]
         return low_quantile(ratios) if len(ratios) >= MIN_PASSES else 1.0
 
     def live(self) -> dict[int, tuple[float, int]]:
         """Each size's own figure from recent passes, and how many passes it rests on (at least MIN_PASSES)."""
-        out: dict[int, tuple[float, int]] = {}
-        for n, window in self._passes.items():
-            recent = [s for when, s in window if self._count - when < STALE_AFTER]
-            if len(recent) >= MIN_PASSES or (recent and not self.calibrated):
-                out[n] = (low_quantile(recent), len(recent))
-        return out
+        return dict(self._own)
+
+    def _refresh(self, n: int) -> None:
+        level = self._level
+        recent = [s for when, then, s in self._passes[n]
+                  if self._count - when < STALE_AFTER and then <= CALMER * level]
+        if len(recent) >= MIN_PASSES or (recent and not self.calibrated):
+            self._own[n] = (low_quantile(recent), len(recent))
+        else:
+            self._own.pop(n, None)
 
     def __call__(self, n: int) -> float:
         if n >= len(self._curve):
@@ -89,15 +111,17 @@ class PassCosts:
         return self._curve[n]
 
     def _rebuild(self, n_max: int) -> None:
-        level = self.level()
+        level = self._level
         seen = {m: s * level for m, s in self.calibrated.items()}
-        seen.update({m: s for m, (s, _) in self.live().items()})
-        sizes = sorted(seen)
+        seen.update({m: s for m, (s, _) in self._own.items()})
         curve = [0.0] * (n_max + 1)
+        sizes: list[int] = []
         for n in range(1, n_max + 1):
-            if n in seen:
-                curve[n] = seen[n]
+            figure = seen.get(n)
+            if figure is not None:
+                curve[n] = figure
                 continue
+            sizes = sizes or sorted(seen)
             below = max((m for m in sizes if m < n), default=None)
             above = min((m for m in sizes if m > n), default=None)
             if below is not None and above is not None:
