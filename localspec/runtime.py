@@ -22,7 +22,7 @@ from localspec.errors import UserError
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from localspec.speculative.calibrate import Calibration, Progress, load_or_measure, verify_costs
+from localspec.speculative.calibrate import Calibration, Progress, load_or_measure
 from localspec.speculative.loop import Generator
 from localspec.speculative.policy import DraftPolicy
 
@@ -90,14 +90,15 @@ class Runtime:
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
                 drafter_name = "none"
-            drafters = _open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled)
+            drafters = _open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled,
+                                      say)
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
                      settings, notices, stack, say=say)
             rt._drafters[drafter_name] = drafters
             rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads())
             if drafters:
-                rt._calibrate(progress)
+                rt._calibrate(progress, cancelled)
             if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
                 raise KeyboardInterrupt
             return rt
@@ -133,13 +134,13 @@ class Runtime:
         """A conversation in the chat template, ready for the model's answer; the messages' text stays text."""
         return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True)
 
-    def _calibrate(self, progress: Progress | None = None) -> None:
+    def _calibrate(self, progress: Progress | None = None, cancelled: Callable[[], bool] | None = None) -> None:
         policy, runtime, speculation = self.generator.policy, self.settings.runtime, self.settings.speculation
         if policy.calibrated or speculation.k is not None:  # a fixed k needs no cost model
             return
         self.calibration = load_or_measure(
             self.context, known_sha256(self.model.path), runtime.threads(), runtime.n_gpu_layers,
-            speculation.k_max + 1, say=self.say, progress=progress,
+            speculation.k_max + 1, say=self.say, progress=progress, cancelled=cancelled,
         )
         policy.calibrate(self.calibration.seconds)
 
@@ -147,12 +148,9 @@ class Runtime:
         """Write back the pass costs that live passes proved lower than the calibration's; the sizes changed."""
         if self.calibration is None:
             return []
-        changed = self.calibration.improve(self.generator.policy.costs.live())
-        if changed:
-            try:
-                self.calibration.save()
-            except OSError:
-                return []  # a read-only cache costs only the correction
+        changed = self.calibration.improve(self.generator.policy.costs)
+        if changed and not self.calibration.save():
+            return []  # a read-only cache costs only the correction
         return changed
 
     def close(self) -> None:
@@ -183,6 +181,7 @@ def _open_drafters(
     policy: DraftPolicy,
     stack: ExitStack,
     cancelled: Callable[[], bool] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> list[Drafter]:
     """The drafters for ``--drafter kind``; ``auto`` is a cascade: n-gram lookup, then the draft model if any."""
     if not (kind in ("draft", "early-exit") or (kind == "auto" and speculation.draft_model)):
@@ -201,8 +200,9 @@ def _open_drafters(
             Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
         )
         if speculation.k is None:  # the policy should know what a drafted token costs before trying
-            costs = verify_costs(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, 1)
-            policy.calibrate_drafter(name, costs[1])
+            costs = load_or_measure(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, 1, say=say,
+                                    cancelled=cancelled)
+            policy.calibrate_drafter(name, costs.seconds[1])
         return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
 
     if kind == "early-exit":

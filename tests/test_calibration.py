@@ -23,6 +23,7 @@ from localspec.models.files import known_sha256
 from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import RETRIES, Calibration, cache_path, device_name, load_or_measure, measure
+from localspec.speculative.costs import PassCosts
 from tests.test_pass_costs import busy, noisy
 
 N_MAX = 2  # sizes to time in these tests: enough to see the mechanism, quick on two cores
@@ -83,13 +84,46 @@ def test_a_calibration_records_how_and_when_and_is_reused(
     assert load_cost_table(quiet.path).seconds_by_batch == quiet.seconds
 
 
+def live(calibrated: dict[int, float], passes: dict[int, list[float]]) -> PassCosts:
+    costs = PassCosts(dict(calibrated))
+    for n, seconds in passes.items():
+        for s in seconds:
+            costs.update(n, s)
+    return costs
+
+
 def test_live_passes_write_lower_figures_back_and_nothing_else() -> None:
     stored = Calibration({1: 0.05, 2: 0.10, 3: 0.12}, dict.fromkeys((1, 2, 3), "calibration"), "cpu", "busy")
-    changed = stored.improve({1: (0.02, 12), 2: (0.11, 12), 3: (0.03, 1)})
-    # size 1: proved lower by 12 passes; size 2: live is dearer (a live step does more than a bare pass);
-    # size 3: one pass proves nothing
+    changed = stored.improve(live(stored.seconds, {1: [0.02] * 12, 2: [0.11] * 12, 3: [0.03]}))
+    # size 1: proved lower by 12 passes; size 2: live is dearer (a live step does more than a bare pass), and
+    # passes that verify a draft set the level; size 3: one pass proves nothing
     assert changed == [1] and stored.seconds == {1: 0.02, 2: 0.10, 3: 0.12}
-    assert stored.measured[1].startswith("live, 25th percentile of 12 passes")
+    assert stored.measured[1].startswith("live, 25th percentile of 9 passes")  # the most recent ones
+
+
+def test_a_calibration_every_pass_beats_is_written_back_at_the_live_level() -> None:
+    """Sizes no pass used go down with the level too: written back alone, the used sizes would set the level at 1
+    at the next start, and the rest would look as dear as before."""
+    stored = Calibration({1: 0.05, 2: 0.10, 3: 0.12}, dict.fromkeys((1, 2, 3), "calibration"), "cpu")
+    assert stored.improve(live(stored.seconds, {1: [0.02] * 12})) == [1, 2, 3]
+    assert stored.seconds == pytest.approx({1: 0.02, 2: 0.04, 3: 0.048})
+    assert "× 0.40 live" in stored.measured[2]
+
+
+def test_a_damaged_cache_is_measured_anew(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    for text in ("{oops", '{"seconds_by_batch": {}}', '{"seconds_by_batch": {"2": 0.1}}',
+                 '{"seconds_by_batch": {"1": 0.1, "2": -1}}'):
+        path.write_text(text)
+        assert Calibration.read(path) is None, text
+
+
+def test_ctrl_c_stops_a_calibration_and_leaves_the_cache_as_it_was(context: Context) -> None:
+    context.clear()
+    context.feed([2, 651, 6974])
+    with pytest.raises(KeyboardInterrupt):
+        measure(context, N_MAX, cancelled=lambda: True)
+    assert context.tokens == [2, 651, 6974]
 
 
 def test_a_runtime_writes_its_corrected_pass_costs_back(model_path: Path, tmp_path: Path,
@@ -97,8 +131,8 @@ def test_a_runtime_writes_its_corrected_pass_costs_back(model_path: Path, tmp_pa
     """A cache that claims every pass costs 10x what it does is corrected by one generation, and the lower
     figures are in the file when the runtime closes."""
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
-    settings = Settings(str(model_path), RuntimeSettings(n_ctx=512), SpeculationSettings(drafter="ngram"),
-                        SamplingSettings())
+    settings = Settings(str(model_path), RuntimeSettings(n_ctx=512, n_gpu_layers=0),
+                        SpeculationSettings(drafter="ngram"), SamplingSettings())
     path = cache_path(known_sha256(model_path), device_name(0), settings.runtime.threads(), 0, 17, argmax=True)
     inflated = {n: 0.25 + 0.05 * n for n in range(1, 18)}  # far above what a pass of this model costs anywhere
     Calibration(inflated, dict.fromkeys(inflated, "test"), "cpu", path=path).save()
@@ -111,12 +145,20 @@ def test_a_runtime_writes_its_corrected_pass_costs_back(model_path: Path, tmp_pa
     assert stored is not None and stored.seconds[1] < inflated[1] / 3 and stored.measured[1].startswith("live")
 
 
-def test_calibrate_command_shows_the_figures_and_how_they_were_measured(model_path: Path) -> None:
-    result = CliRunner().invoke(app, ["calibrate", "--show", "--model", str(model_path)])
+def test_calibrate_command_shows_the_figures_and_how_they_were_measured(
+    model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    path = cache_path(known_sha256(model_path), device_name(0), 2, 0, 17, argmax=True)
+    figures = {n: 0.01 * n for n in range(1, 18)}
+    Calibration(figures, dict.fromkeys(figures, "how"), "cpu", provisional="busy", path=path).save()
+    result = CliRunner().invoke(app, ["calibrate", "--show", "--model", str(model_path), "--threads", "2",
+                                      "--gpu-layers", "0"])
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.stdout.splitlines()[2:]]
-    assert [int(r[0]) for r in rows] == list(range(1, 18)) and all(float(r[1]) > 0 for r in rows)
-    assert "cached in" in result.stderr
+    assert [(int(r[0]), float(r[1])) for r in rows] == [(n, round(s * 1000, 2)) for n, s in figures.items()]
+    assert all(r[-1] == "how" for r in rows)
+    assert "provisional: busy" in result.stderr and str(path) in result.stderr  # shown, not measured again
 
 
 # ---- the same prompt, the same passes, whatever the timing noise ------------------------------------------------
@@ -157,3 +199,22 @@ def test_repeated_runs_with_timing_noise_make_about_the_same_passes(grounded: tu
     middle = statistics.median(passes)
     assert all(abs(p - middle) <= 0.15 * middle for p in passes), passes
     assert middle < 0.8 * len(output)  # and drafting paid: the prompt is one a lookup copies from
+
+
+def test_on_the_replays_known_target_a_busy_calibration_converges_to_the_quiet_curve(
+    grounded: tuple[list[int], list[int]],
+) -> None:
+    """One replayed generation (noisy passes, a calibration 2.5x too high): by its end, every size it verified is
+    within 10% of what a quiet pass of that size costs, and the sizes it did not use are at the quiet level too."""
+    from localspec.speculative.policy import DraftPolicy
+
+    prompt, output = grounded
+    table = load_cost_table("epyc-avx2-2t")
+    policy = DraftPolicy(k_max=16)
+    policy.calibrate(busy(seed=3))
+    stats = replay("ngram", prompt, output, NoisyTable(table, 3), policy=policy)  # type: ignore[arg-type]
+    assert stats.target_passes <= 64  # the bound: one generation of 160 tokens
+    used = policy.costs.live()
+    assert len(used) >= 2
+    for n in range(1, 18):
+        assert policy.costs(n) == pytest.approx(table.step(n), rel=0.10 if n in used else 0.15), n

@@ -80,8 +80,8 @@ def shipped_tables() -> dict[str, Path]:
 
 
 def load_cost_table(spec: str | Path) -> CostTable:
-    """A shipped table by name (``h100``), a cost-table file (``seconds_by_batch``), or a calibration cache file
-    (a flat ``{n: seconds}`` object, as localspec writes under its cache directory)."""
+    """A shipped table by name (``h100``), a cost-table file (``seconds_by_batch``; localspec's calibration cache files
+    under its cache directory are such files), or a flat ``{n: seconds}`` object."""
     shipped = shipped_tables()
     path = shipped.get(str(spec), Path(spec))
     try:

@@ -7,7 +7,6 @@ be built from any list of runs: a complete benchmark, the part of one that finis
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from rich.table import Table
 from localspec.bench.compare import BASELINE, NEAR_TIE_MARGIN, Divergence
 from localspec.bench.records import RunRecord
 from localspec.errors import UserError
+from localspec.machine import processor_name
 
 ALL = "(all)"  # the row of every prompt together; parenthesised so that it cannot clash with a suite's category
 JSON_NAME, MARKDOWN_NAME, CHART_NAME = "bench.json", "bench.md", "bench.png"
@@ -41,14 +41,7 @@ def machine_info(threads: int, gpu_layers: int, llama_cpp_version: str, device: 
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+    return f"{processor_name()} ({os.cpu_count()} cores)"
 
 
 @dataclass(slots=True)

@@ -46,10 +46,10 @@ def calibrate(
         args = (rt.context, known_sha256(rt.model.path), runtime.threads(), runtime.n_gpu_layers,
                 settings.speculation.k_max + 1)
         if show:
-            calibration = load_or_measure(*args)
+            calibration = load_or_measure(*args, retry=False)
         else:
             with _progress_bar() as progress:
-                calibration = load_or_measure(*args, again=True, progress=progress)
+                calibration = load_or_measure(*args, again=True, progress=progress, cancelled=cancelled)
         print(f"{rt.model_name} on {calibration.device} ({rt.device}):")
         print(f"  {'tokens':>6}  {'ms':>7}  {'× 1 token':>9}  how")
         one = calibration.seconds[1]

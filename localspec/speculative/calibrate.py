@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
-import sys
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,9 +26,11 @@ from pathlib import Path
 
 from localspec.engine import Context, library_version
 from localspec.engine.backend import gpu_backend_name, offloaded_layers
+from localspec.machine import processor_name
 from localspec.models.files import atomic_write_text
+from localspec.models.files import say as to_stderr
 from localspec.paths import cache_dir
-from localspec.speculative.costs import MIN_PASSES, low_quantile, median
+from localspec.speculative.costs import MIN_PASSES, PassCosts, low_quantile
 
 ROUNDS = 5  # interleaved rounds over every size, after one that warms caches and allocates graphs
 _METHOD = "q5"  # in the cache file's name: figures measured another way are not reused
@@ -70,32 +71,45 @@ class Calibration:
             data = json.loads(path.read_text(encoding="utf-8"))
             seconds = {int(n): float(s) for n, s in data["seconds_by_batch"].items()}
             measured = {int(n): str(m) for n, m in data.get("measured", {}).items()}
+            if not seconds or sorted(seconds) != list(range(1, len(seconds) + 1)) or min(seconds.values()) <= 0:
+                return None  # damaged: measured anew
             return cls(seconds, measured, str(data.get("device", "")), str(data.get("provisional", "")),
                        int(data.get("attempts", 1)), path)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
-    def save(self) -> None:
-        if self.path is not None:
+    def save(self) -> bool:
+        """Write the file; False if it cannot be written (the figures still serve this run)."""
+        if self.path is None:
+            return False
+        try:
             atomic_write_text(self.path, self.to_json())
+        except OSError:
+            return False
+        return True
 
-    def improve(self, live: Mapping[int, tuple[float, int]]) -> list[int]:
-        """Take the live figures (size → (seconds, passes)) that are clearly lower than the stored ones: a live pass
-        costs at least the bare pass, so a lower live figure proves the stored one too high. Returns the sizes
-        changed; a provisional calibration stays provisional for the sizes no live pass corrected."""
-        when = _now()
-        changed = [n for n, (s, passes) in live.items()
-                   if passes >= MIN_PASSES and n in self.seconds and s < self.seconds[n] * _IMPROVES]
-        for n in changed:
-            seconds, passes = live[n]
-            self.seconds[n] = seconds
-            self.measured[n] = f"live, 25th percentile of {passes} passes, {when}"
+    def improve(self, costs: PassCosts) -> list[int]:
+        """Take what live passes proved: a size's own figure where it is clearly lower than the stored one (a live
+        pass costs at least the bare pass), and, where the live level says every pass runs faster than calibrated,
+        the stored figure at that level for the sizes no pass used (else, next time, the sizes written back would
+        set the level at 1 again and the rest would look as dear as before). Returns the sizes changed."""
+        when, level, live = _now(), costs.level(), costs.live()
+        changed = []
+        for n, stored in self.seconds.items():
+            seconds, passes = live.get(n, (0.0, 0))
+            if passes >= MIN_PASSES:
+                how = f"live, 25th percentile of {passes} passes, {when}"
+            else:
+                seconds, how = stored * level, f"{self.measured.get(n, 'calibration')}; × {level:.2f} live, {when}"
+            if seconds < stored * _IMPROVES:
+                self.seconds[n], self.measured[n] = seconds, how
+                changed.append(n)
         return changed
 
 
 def device_name(gpu_layers: int) -> str:
     """What runs the passes, for the cache's name and the reports: the GPU backend and/or the processor."""
-    cpu = _processor()
+    cpu = processor_name()
     return f"{gpu_backend_name()} GPU, {cpu}" if gpu_layers > 0 else cpu
 
 
@@ -111,28 +125,33 @@ def cache_path(model_hash: str, device: str, threads: int, gpu_layers: int, n_ma
 def load_or_measure(
     ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int, *,
     say: Callable[[str], None] | None = None, progress: Progress | None = None, again: bool = False,
+    retry: bool = True, cancelled: Callable[[], bool] | None = None,
 ) -> Calibration:
     """This model's pass costs on this device for n = 1..n_max: cached, or measured now (``again``: measured now
-    whatever is cached). A provisional cache is measured again, at most RETRIES times in all."""
-    say = say or _to_stderr
+    whatever is cached). A provisional cache is measured again (``retry``), at most RETRIES times in all.
+    ``cancelled`` is polled between passes: KeyboardInterrupt when it turns true."""
+    say = say or to_stderr
     # keyed by the layers really offloaded: -1 and 999 are the same setting, and a build without GPU offload runs
     # every setting on the CPU
     layers = offloaded_layers(gpu_layers, ctx.model.n_layer)
     device = device_name(layers)
     path = cache_path(model_hash, device, threads, layers, n_max, ctx.backend_sampling)
     cached = None if again else Calibration.read(path)
-    if cached is not None and (not cached.provisional or cached.attempts >= RETRIES):
+    if cached is not None and len(cached.seconds) != n_max:
+        cached = None
+    if cached is not None and (not cached.provisional or not retry or cached.attempts >= RETRIES):
         return cached
     if cached is not None:
         say(f"the last measurement of this machine's pass costs was disturbed ({cached.provisional}): measuring "
             "again")
-    calibration = measure(ctx, n_max, device=device, say=say, progress=progress)
+    calibration = measure(ctx, n_max, device=device, say=say, progress=progress, cancelled=cancelled)
     calibration.path = path
     if calibration.provisional:
         calibration.attempts = (cached.attempts + 1) if cached is not None else 1
         say(f"the machine was busy while measuring ({calibration.provisional}): the figures are provisional, "
-            "corrected as it runs and measured again next time (`localspec calibrate` redoes it now)")
-    calibration.save()
+            "corrected as it runs and measured again at the next start")
+    if not calibration.save():
+        say(f"could not write {path}: the pass costs will be measured again next time")
     return calibration
 
 
@@ -143,19 +162,21 @@ def verify_costs(ctx: Context, model_hash: str, threads: int, gpu_layers: int, n
 
 def measure(
     ctx: Context, n_max: int, *, rounds: int = ROUNDS, device: str = "", say: Callable[[str], None] | None = None,
-    progress: Progress | None = None,
+    progress: Progress | None = None, cancelled: Callable[[], bool] | None = None,
 ) -> Calibration:
     """Time the pass the loop will make for every size 1..n_max: ``rounds`` interleaved rounds after a warm-up,
-    the one-token pass before and after; the cache is left as it was found."""
+    the one-token pass before and after; the cache is left as it was found, also when ``cancelled``."""
     vocab = ctx.model.vocab
     filler = vocab.tokenize(" the quick brown fox jumps over the lazy dog" * 4, add_special=True)
     tokens = (filler * (1 + (n_max + 32) // len(filler)))[: n_max + 32]
     saved = list(ctx.tokens)
-    total = (rounds + 1) * n_max + 2 * _SINGLES
+    total = 1 + (rounds + 1) * n_max + 2 * _SINGLES
     done = 0
 
     def timed(n: int) -> float:
         nonlocal done
+        if cancelled is not None and cancelled():
+            raise KeyboardInterrupt
         t0 = time.perf_counter()
         # the pass the loop will make: token ids where llama.cpp samples in the graph, else logits
         ctx.decode_argmax(tokens[32 : 32 + n]) if ctx.backend_sampling else ctx.decode(tokens[32 : 32 + n],
@@ -168,28 +189,30 @@ def measure(
         return seconds
 
     ctx.clear()
-    ctx.feed(tokens[:32])
-    timed(1)  # the first pass allocates the graph
-    load = _OtherLoad()
-    first = [timed(1) for _ in range(_SINGLES)]
-    if say is not None:
-        # a pass of n tokens costs somewhere between one and n single passes; a third of the way is typical on CPU
-        guess = low_quantile(first) * (rounds + 1) * sum(1 + (n - 1) / 3 for n in range(1, n_max + 1))
-        say(f"measuring this machine's pass costs, once: ~{max(1, round(guess))} s")
-    samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
-    for rep in range(rounds + 1):
-        order = list(range(1, n_max + 1))
-        if rep % 2:
-            order.reverse()  # a machine that speeds up or slows down meanwhile touches every size alike
-        for n in order:
-            seconds = timed(n)
-            if rep:  # the first round warms caches and allocates graphs
-                samples[n].append(seconds)
-    last = [timed(1) for _ in range(_SINGLES)]
-    others = load.cores()
-    ctx.clear()
-    if saved:
-        ctx.feed(saved)
+    try:
+        ctx.feed(tokens[:32])
+        timed(1)  # the first pass allocates the graph
+        load = _OtherLoad()
+        first = [timed(1) for _ in range(_SINGLES)]
+        if say is not None:
+            # a pass of n tokens costs between one and n single passes; a third of the way is typical on CPU
+            guess = low_quantile(first) * (rounds + 1) * sum(1 + (n - 1) / 3 for n in range(1, n_max + 1))
+            say(f"measuring this machine's pass costs, once: ~{max(1, round(guess))} s")
+        samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+        for rep in range(rounds + 1):
+            order = list(range(1, n_max + 1))
+            if rep % 2:
+                order.reverse()  # a machine that speeds up or slows down meanwhile touches every size alike
+            for n in order:
+                seconds = timed(n)
+                if rep:  # the first round warms caches and allocates graphs
+                    samples[n].append(seconds)
+        last = [timed(1) for _ in range(_SINGLES)]
+        others = load.cores()
+    finally:
+        ctx.clear()
+        if saved:
+            ctx.feed(saved)
     seconds = {n: low_quantile(s) for n, s in samples.items()}
     when = _now()
     how = f"calibration, 25th percentile of {rounds} interleaved rounds, {when}"
@@ -205,7 +228,7 @@ def _disturbed(others: float | None, first: list[float], last: list[float], samp
     start, end = low_quantile(first), low_quantile(last)
     if max(start, end) > _DRIFT * min(start, end):
         return f"a one-token pass took {start * 1000:.1f} ms at the start and {end * 1000:.1f} ms at the end"
-    spread = median([median(s) / min(s) for s in samples.values() if s])
+    spread = statistics.median(statistics.median(s) / min(s) for s in samples.values() if s)
     if spread > _SPREAD:
         return f"passes of the same size varied by {100 * (spread - 1):.0f}%"
     return ""
@@ -242,20 +265,5 @@ def _own_cpu() -> float:
     return t.user + t.system
 
 
-def _processor() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def _now() -> str:
     return datetime.now().strftime("%Y-%m-%d %H:%M")
-
-
-def _to_stderr(line: str) -> None:
-    print(f"localspec: {line}", file=sys.stderr)

@@ -39,11 +39,6 @@ def low_quantile(values: list[float]) -> float:
     return ordered[(len(ordered) - 1) // 4]
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
-
-
 @dataclass(slots=True)
 class PassCosts:
     """Seconds per target pass by tokens in the pass; ``update`` after every pass, call it for any size."""
@@ -129,6 +124,7 @@ class PassCosts:
             else:
                 ref = below if below is not None else above
                 assert ref is not None
-                # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound)
-                curve[n] = seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref)
+                # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound);
+                # below the smallest size measured, never less than that size's share per token
+                curve[n] = max(seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref), seen[ref] * n / ref)
         self._curve = curve
