@@ -138,3 +138,27 @@ def test_seeded_sampling_with_ngram_drafts_gives_exactly_the_plain_sampled_text(
     # adaptive k may rightly never draft here, depending on the toy's measured (wall-clock) costs
     if k is not None and k > 1:
         assert any(step.accepted for step in steps)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_plan_and_settle_around_a_decode_made_elsewhere_are_the_step(prompt: list[int]) -> None:
+    """The seam a scheduler shares a pass through: plan never decodes, the caller decodes the plan's rows, settle
+    verifies and rolls back; driven that way, a generation is the one ``generate`` makes."""
+    want, _, _ = run("ngram", prompt, None, max_tokens=40)
+    ctx = ToyContext(TARGET)
+    gen = Generator(ctx, TARGET, [NgramDrafter()], GREEDY, DraftPolicy(k_max=8))  # type: ignore[arg-type]
+    history = list(prompt)
+    if len(history) > 1:
+        ctx.feed(history[:-1])  # the invariant: the cache holds all but the pending token
+    got: list[int] = []
+    while len(got) < 40:
+        passes = ctx.passes
+        plan = gen.plan(history, 40 - len(got) - 1)
+        assert ctx.passes == passes  # proposing touched no target pass
+        outputs = ctx.decode_argmax(plan.rows) if plan.parents is None else ctx.decode_tree_argmax(plan.rows,
+                                                                                                  plan.parents)
+        result = gen.settle(history, plan, outputs, 0.0, 0.0)
+        assert ctx.passes == passes + 1 and ctx.tokens == [*history, *result.emitted[:-1]]
+        history += result.emitted
+        got += result.emitted
+    assert got[:40] == want

@@ -18,7 +18,7 @@ from localspec.drafters.base import Draft, Drafter
 from localspec.engine.context import common_prefix
 from localspec.errors import ContextFullError, RollbackUnsupported
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
-from localspec.sampling import Distribution, PositionalDraws, shape
+from localspec.sampling import PositionalDraws, shape
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.text import TextStream
@@ -47,6 +47,20 @@ class Target(Protocol):
 class TokenInfo(Protocol):
     def piece(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
+
+
+Outputs = list[int] | np.ndarray  # a pass's token ids (greedy), or its logits rows
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one sequence wants verified in a pass: ``rows`` = [the pending token, *the draft's nodes]; ``parents``
+    None for a chain (each row follows the one before), else the row each row follows (-1: the cache)."""
+
+    draft: Draft
+    tree: TokenTree
+    rows: list[int]
+    parents: list[int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,44 +98,61 @@ class Generator:
         self.notices: list[str] = []
 
     def step(self, history: list[int], room: int) -> StepResult:
-        """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed."""
+        """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed.
+
+        plan (propose: the rows to verify) → one decode → settle (verify, accept, roll back, learn); a scheduler that
+        shares a pass among sequences calls plan and settle itself, around a decode of everyone's rows."""
         t0 = self.clock()
+        plan = self.plan(history, room)
+        t1 = self.clock()
+        return self.settle(history, plan, self._decode(plan), t1 - t0, t1)
+
+    def plan(self, history: list[int], room: int) -> Plan:
+        """Propose: ask the drafters, and lay the draft out as the rows one pass verifies."""
         draft = self._propose(history, room)
         tree = TokenTree.of(draft.candidates)
-        t1 = self.clock()
-        # verify: one batch, [pending] + the draft (a chain, or a tree's nodes), scored at every position
-        chain = tree.branches == 1
-        verdict = self._verify_chain(history, tree.tokens, draft.dists) if chain else self._verify_tree(history, tree)
-        accepted = [tree.tokens[node] for node in verdict.nodes]
+        # a chain verifies [pending, *draft] in order; a tree's nodes follow their parents (-1: the cache)
+        parents = None if tree.branches == 1 else [-1, *(parent + 1 for parent in tree.parents)]
+        return Plan(draft, tree, [history[-1], *tree.tokens], parents)
+
+    def _decode(self, plan: Plan) -> Outputs:
+        """The pass: token ids when greedy (no logits copied), else logits, for every row."""
+        greedy, target = self.sampling.greedy, self.target
+        if plan.parents is None:
+            return target.decode_argmax(plan.rows) if greedy else target.decode(plan.rows, all_logits=True)
+        decode = target.decode_tree_argmax if greedy else target.decode_tree
+        return decode(plan.rows, plan.parents)
+
+    def settle(
+        self, history: list[int], plan: Plan, outputs: Outputs, draft_seconds: float, started: float
+    ) -> StepResult:
+        """Verify the pass's ``outputs`` for ``plan``, accept, roll back and tell the policy; ``started``: the clock
+        when the pass began."""
+        verdict = self._verify(len(history), plan, outputs)
+        accepted = [plan.tree.tokens[node] for node in verdict.nodes]
         # roll back: keep the pending token and the accepted draft tokens (a chain's prefix, a tree's path)
-        self._roll_back([*history, *accepted], None if chain else [0, *(node + 1 for node in verdict.nodes)])
-        t2 = self.clock()
+        rows = None if plan.parents is None else [0, *(node + 1 for node in verdict.nodes)]
+        self._roll_back([*history, *accepted], rows)
+        verify_seconds = self.clock() - started
         emitted = [*accepted, verdict.token]
-        self.policy.observe(draft, verdict.n_accepted, t1 - t0, t2 - t1, emitted, len(tree))
-        return StepResult(draft, tree, verdict, emitted, t1 - t0, t2 - t1)
+        self.policy.observe(plan.draft, verdict.n_accepted, draft_seconds, verify_seconds, emitted, len(plan.tree))
+        return StepResult(plan.draft, plan.tree, verdict, emitted, draft_seconds, verify_seconds)
 
-    def _verify_chain(self, history: list[int], tokens: Sequence[int], dists: list[Distribution] | None) -> Verdict:
-        """``tokens``: the draft as one chain (candidates that only extend one another merge into one)."""
-        batch = [history[-1], *tokens]
-        if self.sampling.greedy:  # token ids only, no logits
-            return verify_greedy(tokens, self.target.decode_argmax(batch))
-        logits = self.target.decode(batch, all_logits=True)
-        position = len(history)  # where the first token of this pass lands
-        return verify_sampled(tokens, dists, logits, self.sampling, lambda i: self.draws.at(position + i))
-
-    def _verify_tree(self, history: list[int], tree: TokenTree) -> Verdict:
-        """Walk down the tree as the target goes: its argmax, or (one-hot candidates) its token drawn from the
-        position's own random stream, exactly as a chain's one-hot draft is verified (verify.py)."""
-        batch = [history[-1], *tree.tokens]
-        parents = [-1, *(parent + 1 for parent in tree.parents)]
-        if self.sampling.greedy:
-            best = self.target.decode_tree_argmax(batch, parents)
-            path, token = tree.walk(lambda row, depth: best[row])
+    def _verify(self, position: int, plan: Plan, outputs: Outputs) -> Verdict:
+        """Greedy: keep the draft while it matches the target's argmax. Sampled: rejection sampling for a chain; a
+        tree (one-hot candidates) is walked with the target's token drawn from the position's own random stream,
+        exactly as a chain's one-hot draft is verified (verify.py). ``position``: where the pass's first row lands."""
+        tree, greedy = plan.tree, self.sampling.greedy
+        if plan.parents is None:
+            if greedy:
+                return verify_greedy(tree.tokens, outputs)
+            return verify_sampled(tree.tokens, plan.draft.dists, outputs, self.sampling,
+                                  lambda i: self.draws.at(position + i))
+        if greedy:
+            path, token = tree.walk(lambda row, depth: outputs[row])
         else:
-            logits = self.target.decode_tree(batch, parents)
-            position = len(history)
             path, token = tree.walk(
-                lambda row, depth: shape(logits[row], self.sampling).sample(self.draws.at(position + depth)))
+                lambda row, depth: shape(outputs[row], self.sampling).sample(self.draws.at(position + depth)))
         return Verdict(len(path), token, tuple(path))
 
     def _propose(self, history: list[int], room: int) -> Draft:
