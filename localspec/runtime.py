@@ -22,7 +22,7 @@ from localspec.errors import UserError
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from localspec.speculative.calibrate import Calibration, Progress, load_or_measure
+from localspec.speculative.calibrate import Calibration, load_or_measure
 from localspec.speculative.loop import Generator
 from localspec.speculative.policy import DraftPolicy
 
@@ -60,10 +60,10 @@ class Runtime:
     @classmethod
     def open(
         cls, settings: Settings, *, cancelled: Callable[[], bool] | None = None,
-        say: Callable[[str], None] | None = None, progress: Progress | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> Runtime:
-        """``cancelled``: polled while models load (a Ctrl-C flag); when it turns true, KeyboardInterrupt.
-        ``say`` / ``progress``: what the first start measures, and how far it got (stderr when not given)."""
+        """``cancelled``: polled while models load and measure (a Ctrl-C flag); when it turns true,
+        KeyboardInterrupt. ``say``: what the first start measures, and for how long (stderr when not given)."""
         runtime, speculation, sampling = settings.runtime, settings.speculation, settings.sampling
         stack = ExitStack()
         try:
@@ -98,7 +98,7 @@ class Runtime:
             rt._drafters[drafter_name] = drafters
             rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads())
             if drafters:
-                rt._calibrate(progress, cancelled)
+                rt._calibrate(cancelled)
             if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
                 raise KeyboardInterrupt
             return rt
@@ -134,13 +134,13 @@ class Runtime:
         """A conversation in the chat template, ready for the model's answer; the messages' text stays text."""
         return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True)
 
-    def _calibrate(self, progress: Progress | None = None, cancelled: Callable[[], bool] | None = None) -> None:
+    def _calibrate(self, cancelled: Callable[[], bool] | None = None) -> None:
         policy, runtime, speculation = self.generator.policy, self.settings.runtime, self.settings.speculation
         if policy.calibrated or speculation.k is not None:  # a fixed k needs no cost model
             return
         self.calibration = load_or_measure(
             self.context, known_sha256(self.model.path), runtime.threads(), runtime.n_gpu_layers,
-            speculation.k_max + 1, say=self.say, progress=progress, cancelled=cancelled,
+            speculation.k_max + 1, say=self.say, cancelled=cancelled,
         )
         policy.calibrate(self.calibration.seconds)
 

@@ -7,6 +7,8 @@ calibration in the cache, and prints per prompt the spread of n-gram's target pa
 
     .venv/bin/python scripts/calibration_noise.py --measure   # the two calibrations, into bench-out/
     .venv/bin/python scripts/calibration_noise.py             # the runs, with this checkout's code
+    .venv/bin/python scripts/calibration_noise.py --replay    # no timing at all: the same answers replayed on the
+                                                              # EPYC table with injected noise, 8 seeds per prompt
 
 The busy calibration is put in the cache as if it had been trusted: what is tested is what the live correction does
 with it. To run the same figures through an earlier commit's code:
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import localspec
 from localspec.bench.suite import load_suite
-from localspec.events import Finished
+from localspec.events import Finished, Step
 from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 
@@ -100,6 +102,66 @@ def run(seconds: dict[int, float], repeat: int) -> dict[str, list[tuple[int, flo
     return out
 
 
+def replay_with_noise() -> None:
+    """Each grounded prompt's answer (generated once, n-gram k=8) drafted again by the adaptive policy, against a
+    target whose every pass costs the EPYC table's figure with noise (4% jitter; 8% of passes 2–8x slow), from a
+    quiet calibration and from one 2.5x too high. Only APIs the code before issue #19 had too, so both can run it."""
+    import random
+
+    from localspec.bench.replay import _Clock, _KnownTarget, _NoText, load_cost_table
+    from localspec.runtime import lookup_drafters
+    from localspec.speculative.loop import Generator
+    from localspec.speculative.policy import DraftPolicy
+
+    table = load_cost_table("epyc-avx2-2t")
+    quiet = table.calibration(17)
+
+    class Noisy:
+        def __init__(self, seed: int) -> None:
+            self.rng = random.Random(seed)
+
+        def step(self, n: int) -> float:
+            slow = self.rng.uniform(2.0, 8.0) if self.rng.random() < 0.08 else 1 + abs(self.rng.gauss(0.0, 0.04))
+            return table.step(n) * slow
+
+    def passes(prompt: list[int], output: list[int], cost: object, calibration: dict[int, float]) -> int:
+        policy = DraftPolicy(k_max=16)
+        policy.calibrate(calibration)
+        clock = _Clock()
+        generator = Generator(_KnownTarget([*prompt, *output], cost, clock, eog=False), _NoText(),  # type: ignore[arg-type]
+                              lookup_drafters("ngram"), SamplingSettings(), policy, clock)
+        events = generator.generate(prompt, GenerationSettings(max_tokens=len(output)))
+        return [e for e in events if isinstance(e, Finished)][-1].stats.target_passes
+
+    answers = grounded_answers()
+    print(f"code: {Path(localspec.__file__).resolve().parents[1]}; n-gram target passes, 8 noise seeds")
+    print("| prompt | tokens | no noise | noisy, quiet calibration | noisy, calibration 2.5x too high |")
+    print("|---|---|---|---|---|")
+    for pid, (prompt, output) in answers.items():
+        noisy_quiet = [passes(prompt, output, Noisy(s), quiet) for s in range(8)]
+        noisy_busy = [passes(prompt, output, Noisy(s), {n: v * 2.5 for n, v in quiet.items()}) for s in range(8)]
+        print(f"| {pid} | {len(output)} | {passes(prompt, output, table, quiet)} | "
+              f"{spread(noisy_quiet, '{}')} | {spread(noisy_busy, '{}')} |")
+
+
+def grounded_answers() -> dict[str, tuple[list[int], list[int]]]:
+    """The real model's greedy answers to the grounded prompts (n-gram, k=8), generated once into bench-out/."""
+    cache = OUT / "grounded-answers.json"
+    if cache.exists():
+        return {k: (v[0], v[1]) for k, v in json.loads(cache.read_text()).items()}
+    answers = {}
+    fixed = settings("ngram")
+    fixed = Settings(fixed.model, fixed.runtime, SpeculationSettings(drafter="ngram", k=8), fixed.sampling)
+    with Runtime.open(fixed) as rt:
+        for p in load_suite(None).prompts:
+            if p.category == "grounded":
+                tokens = rt.prompt_tokens(p.prompt)
+                events = rt.generator.generate(tokens, GenerationSettings(max_tokens=p.max_tokens))
+                answers[p.id] = (tokens, [t.id for e in events if isinstance(e, Step) for t in e.emitted])
+    cache.write_text(json.dumps(answers))
+    return answers
+
+
 def spread(values: list[float], fmt: str) -> str:
     return f"{fmt.format(min(values))}–{fmt.format(max(values))}"
 
@@ -107,11 +169,15 @@ def spread(values: list[float], fmt: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measure", action="store_true", help="measure the quiet and the busy calibration")
+    ap.add_argument("--replay", action="store_true", help="replay the answers with injected noise (no timing)")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     if args.measure:
         measure_both()
+        return
+    if args.replay:
+        replay_with_noise()
         return
     results = {}
     for name in ("quiet", "busy"):

@@ -24,6 +24,7 @@ from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import RETRIES, Calibration, cache_path, device_name, load_or_measure, measure
 from localspec.speculative.costs import PassCosts
+from localspec.speculative.policy import DraftPolicy
 from tests.test_pass_costs import busy, noisy
 
 N_MAX = 2  # sizes to time in these tests: enough to see the mechanism, quick on two cores
@@ -177,6 +178,12 @@ class NoisyTable:
         return self.table.calibration(n_max)
 
 
+def calibrated(seconds: dict[int, float]) -> DraftPolicy:
+    policy = DraftPolicy(k_max=16)
+    policy.calibrate(seconds)
+    return policy
+
+
 @pytest.fixture(scope="module")
 def grounded(model_path: Path) -> tuple[list[int], list[int]]:
     """A grounded prompt of the built-in suite and the real model's greedy answer to it."""
@@ -195,7 +202,8 @@ def test_repeated_runs_with_timing_noise_make_about_the_same_passes(grounded: tu
     prompt, output = grounded
     table = load_cost_table("epyc-avx2-2t")
     passes = [replay("ngram", prompt, output, NoisyTable(table, seed),  # type: ignore[arg-type]
-                     calibration=busy(seed=seed) if seed % 2 else None).target_passes for seed in range(8)]
+                     policy=calibrated(busy(seed=seed) if seed % 2 else table.calibration(17))).target_passes
+              for seed in range(8)]
     middle = statistics.median(passes)
     assert all(abs(p - middle) <= 0.15 * middle for p in passes), passes
     assert middle < 0.8 * len(output)  # and drafting paid: the prompt is one a lookup copies from
@@ -206,12 +214,9 @@ def test_on_the_replays_known_target_a_busy_calibration_converges_to_the_quiet_c
 ) -> None:
     """One replayed generation (noisy passes, a calibration 2.5x too high): by its end, every size it verified is
     within 10% of what a quiet pass of that size costs, and the sizes it did not use are at the quiet level too."""
-    from localspec.speculative.policy import DraftPolicy
-
     prompt, output = grounded
     table = load_cost_table("epyc-avx2-2t")
-    policy = DraftPolicy(k_max=16)
-    policy.calibrate(busy(seed=3))
+    policy = calibrated(busy(seed=3))
     stats = replay("ngram", prompt, output, NoisyTable(table, 3), policy=policy)  # type: ignore[arg-type]
     assert stats.target_passes <= 64  # the bound: one generation of 160 tokens
     used = policy.costs.live()

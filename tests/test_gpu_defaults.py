@@ -18,7 +18,7 @@ from localspec.engine.backend import describe_device
 from localspec.paths import cache_dir
 from localspec.runtime import NO_GPU_OFFLOAD, Runtime
 from localspec.settings import RuntimeSettings, Settings, SpeculationSettings
-from localspec.speculative.calibrate import verify_costs
+from localspec.speculative.calibrate import load_or_measure
 from tests.conftest import localspec
 
 GPU_BUILD = bool(llama_cpp.llama_supports_gpu_offload())
@@ -81,10 +81,10 @@ def test_calibration_is_not_keyed_by_gpu_layers_on_a_cpu_build(model_path, capsy
     fake_hash = uuid.uuid4().hex  # a key no earlier run can have cached
     try:
         with Model(model_path) as model, Context(model, n_ctx=128, n_threads=2) as ctx:
-            first = verify_costs(ctx, fake_hash, 2, 0, 2)
+            first = load_or_measure(ctx, fake_hash, 2, 0, 2).seconds
             assert "measuring" in capsys.readouterr().err
             for gpu_layers in (-1, 5):
-                assert verify_costs(ctx, fake_hash, 2, gpu_layers, 2) == first
+                assert load_or_measure(ctx, fake_hash, 2, gpu_layers, 2).seconds == first
                 assert "measuring" not in capsys.readouterr().err
     finally:
         for path in Path(cache_dir(), "calibration").glob(f"{fake_hash[:16]}-*"):

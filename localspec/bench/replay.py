@@ -179,20 +179,19 @@ class _NoText:
 
 def replay(
     drafter: str, prompt: Sequence[int], output: Sequence[int], table: CostTable, *, k: int | None = None,
-    k_max: int = 16, eog: bool = False, branches: int = 1, calibration: Mapping[int, float] | None = None,
-    policy: DraftPolicy | None = None,
+    k_max: int = 16, eog: bool = False, branches: int = 1, policy: DraftPolicy | None = None,
 ) -> Stats:
     """Generate ``output`` again through the speculation loop, with ``drafter`` and the policy (adaptive, or fixed
     ``k``; token trees of up to ``branches`` candidates) calibrated on the table's bare passes, against a target
     that knows the answers and prices each pass. ``eog``: the generation ended on end-of-generation, whose pass
-    counts too. ``calibration``: what the policy starts from, if not the table's own bare passes (a calibration
-    taken on a busy machine, say); ``policy``: one that has already run, to go on from what it learned."""
+    counts too. ``policy``: the one to replay instead (``k``, ``k_max`` and ``branches`` are then its own): one
+    calibrated elsewhere (on a busy machine, say), or one that has already run, to go on from what it learned."""
     drafters = lookup_drafters(drafter)
     if drafters is None:
         raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
     if policy is None:
         policy = DraftPolicy(k_max=k_max, fixed=k, branches=branches)
-        policy.calibrate(table.calibration(k_max + 1) if calibration is None else calibration)
+        policy.calibrate(table.calibration(k_max + 1))
     clock = _Clock()
     target = _KnownTarget([*prompt, *output], table, clock, eog=eog)
     generator = Generator(target, _NoText(), drafters, SamplingSettings(), policy, clock)

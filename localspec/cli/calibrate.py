@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -11,6 +13,7 @@ import typer
 from localspec.cli import app, ctrl_c_as_request, user_errors
 from localspec.cli.options import generation_options
 from localspec.settings import Settings
+from localspec.speculative.calibrate import Progress
 
 
 @app.command()
@@ -59,21 +62,14 @@ def calibrate(
         print(f"localspec: {state}; cached in {calibration.path}", file=sys.stderr)
 
 
-class _progress_bar:  # noqa: N801 (used as a context manager, like rich's own)
-    """A transient bar on stderr while the passes are timed."""
+@contextmanager
+def _progress_bar() -> Iterator[Progress]:
+    """A transient bar on stderr while the passes are timed; yields the callback that moves it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+    from rich.progress import Progress as Bar
 
-    def __enter__(self) -> _progress_bar:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self._bar = Progress(TextColumn("timing passes"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                             TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-        self._bar.__enter__()
-        self._task = self._bar.add_task("", total=None)
-        return self
-
-    def __call__(self, done: int, total: int) -> None:
-        self._bar.update(self._task, completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        self._bar.__exit__(None, None, None)
+    with Bar(TextColumn("timing passes"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+             TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

@@ -144,7 +144,8 @@ def load_or_measure(
     if cached is not None:
         say(f"the last measurement of this machine's pass costs was disturbed ({cached.provisional}): measuring "
             "again")
-    calibration = measure(ctx, n_max, device=device, say=say, progress=progress, cancelled=cancelled)
+    what = "measuring this machine's pass costs" + ("" if again or cached is not None else ", once")
+    calibration = measure(ctx, n_max, device=device, say=say, what=what, progress=progress, cancelled=cancelled)
     calibration.path = path
     if calibration.provisional:
         calibration.attempts = (cached.attempts + 1) if cached is not None else 1
@@ -155,17 +156,14 @@ def load_or_measure(
     return calibration
 
 
-def verify_costs(ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int) -> dict[int, float]:
-    """Seconds for one pass over n tokens, n = 1..n_max (cached)."""
-    return load_or_measure(ctx, model_hash, threads, gpu_layers, n_max).seconds
-
-
 def measure(
     ctx: Context, n_max: int, *, rounds: int = ROUNDS, device: str = "", say: Callable[[str], None] | None = None,
-    progress: Progress | None = None, cancelled: Callable[[], bool] | None = None,
+    what: str = "measuring this machine's pass costs", progress: Progress | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> Calibration:
     """Time the pass the loop will make for every size 1..n_max: ``rounds`` interleaved rounds after a warm-up,
-    the one-token pass before and after; the cache is left as it was found, also when ``cancelled``."""
+    the one-token pass before and after; the cache is left as it was found, also when ``cancelled``. ``say`` is
+    told ``what`` runs, and for about how long, once the first passes give the estimate."""
     vocab = ctx.model.vocab
     filler = vocab.tokenize(" the quick brown fox jumps over the lazy dog" * 4, add_special=True)
     tokens = (filler * (1 + (n_max + 32) // len(filler)))[: n_max + 32]
@@ -197,7 +195,7 @@ def measure(
         if say is not None:
             # a pass of n tokens costs between one and n single passes; a third of the way is typical on CPU
             guess = low_quantile(first) * (rounds + 1) * sum(1 + (n - 1) / 3 for n in range(1, n_max + 1))
-            say(f"measuring this machine's pass costs, once: ~{max(1, round(guess))} s")
+            say(f"{what}: ~{max(1, round(guess))} s")
         samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
         for rep in range(rounds + 1):
             order = list(range(1, n_max + 1))
