@@ -6,14 +6,16 @@ import dataclasses
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from localspec.cli import app, ctrl_c_as_request, user_errors
 from localspec.cli.options import generation_options
 from localspec.settings import Settings
-from localspec.speculative.calibrate import Progress
+
+if TYPE_CHECKING:  # `localspec --help` must not load llama_cpp (tests/test_import_order.py)
+    from localspec.speculative.calibrate import Progress
 
 
 @app.command()
