@@ -275,6 +275,7 @@ def test_esc_before_the_first_token_takes_the_question_back(model_path: Path, tm
         finally:
             engine_free.set()
         await until(pilot, lambda: not app.busy)
+        await until(pilot, lambda: not app.query(AnswerView), timeout=10)  # Textual removes widgets on a later tick
         assert app.last_finished is not None and app.last_finished.stats.generated_tokens == 0
         assert app.conversation.turns == [] and not app.query(AnswerView) and shown_questions(app) == []
         assert app.prompt_input.text == "Name a colour.\nmore"
