@@ -69,16 +69,16 @@ class Context:
         # The chains must outlive the context: llama.cpp keeps the pointers, not copies. One per sequence: a tree
         # pass samples each row with its first sequence's chain (and copies raw logits if one lacks a chain).
         self.n_seq = n_seq
-        self._chains: list[llama_cpp.llama_sampler_p] = []
+        self._chains: dict[int, llama_cpp.llama_sampler_p] = {}  # seq id → its greedy chain, while attached
         if greedy_rows > 0:
             # llama.cpp sizes its compute buffer for the most outputs a pass may have (n_batch by default: 512
             # logits rows, 512 MiB with a 262k vocabulary; twice that with a sampler, which pads a copy of them)
             params.n_outputs_max = min(greedy_rows, n_batch)
             if backend_sampling_available():
-                self._chains = [_greedy_chain() for _ in range(n_seq)]
+                self._chains = {s: _greedy_chain() for s in range(n_seq)}
                 configs = (llama_cpp.llama_sampler_seq_config * n_seq)(*(
                     llama_cpp.llama_sampler_seq_config(s, ctypes.cast(chain, ctypes.c_void_p))
-                    for s, chain in enumerate(self._chains)))
+                    for s, chain in self._chains.items()))
                 self._configs = configs  # kept alive with the context, like the chains
                 params.samplers = ctypes.cast(configs, ctypes.POINTER(llama_cpp.llama_sampler_seq_config))
                 params.n_samplers = n_seq
@@ -151,11 +151,77 @@ class Context:
         self._run(tokens, all_outputs=True)
         return self._sampled(n)
 
-    def _sampled(self, n: int) -> list[int]:
-        ids = [llama_cpp.llama_get_sampled_token_ith(self.handle, i) for i in range(n)]
+    def _sampled(self, n: int, start: int = 0) -> list[int]:
+        handle = self.handle
+        ids = [llama_cpp.llama_get_sampled_token_ith(handle, i) for i in range(start, start + n)]
         if llama_cpp.LLAMA_TOKEN_NULL in ids:
             raise RuntimeError("llama.cpp's backend sampler returned no token")
         return ids
+
+    # -- several sequences in one pass (the batch scheduler's; engine/lanes.py gives each sequence a view) --
+
+    def decode_parts(self, parts: Sequence[tuple[int, int, Sequence[int], bool]]) -> list[int]:
+        """One pass over several sequences' rows. Each part is (seq id, the position of its first token, its tokens,
+        whether every token wants an output); positions are the caller's to keep. Returns each part's first batch
+        index: read its rows with ``sampled_rows`` (sequences with a backend greedy chain) or ``logits_rows``."""
+        n = sum(len(tokens) for _, _, tokens, _ in parts)
+        outputs = sum(len(tokens) for _, _, tokens, want in parts if want)
+        if n > self.n_batch or outputs > self.max_rows:
+            raise ValueError(f"a pass of {n} tokens and {outputs} outputs: this context takes at most {self.n_batch} "
+                             f"and {self.max_rows}")
+        if self._thread != threading.get_ident():
+            self._check_thread()
+        starts: list[int] = []
+        seq_ids = self._batch.seq_id
+        i = 0
+        for seq, pos, tokens, want in parts:
+            m = len(tokens)
+            self._tok[i : i + m] = tokens
+            self._pos[i : i + m] = np.arange(pos, pos + m, dtype=np.int32)
+            self._want[i : i + m] = 1 if want else 0
+            if seq:
+                for j in range(i, i + m):
+                    seq_ids[j][0] = seq
+            starts.append(i)
+            i += m
+        try:
+            self._decode_batch(n)
+        finally:  # the one-sequence passes put every token in sequence 0
+            for (seq, _, tokens, _), start in zip(parts, starts, strict=True):
+                if seq:
+                    for j in range(start, start + len(tokens)):
+                        seq_ids[j][0] = 0
+        return starts
+
+    def sampled_rows(self, start: int, n: int) -> list[int]:
+        """The backend-sampled token ids of batch rows start..start+n-1 of the last pass."""
+        return self._sampled(n, start)
+
+    def logits_rows(self, start: int, n: int) -> np.ndarray:
+        """The logits of batch rows start..start+n-1 of the last pass: a view where llama.cpp stored them one after
+        another (valid until the next pass), else a copy."""
+        handle, width = self.handle, self.n_vocab * 4
+        first = ctypes.cast(llama_cpp.llama_get_logits_ith(handle, start), ctypes.c_void_p).value
+        last = ctypes.cast(llama_cpp.llama_get_logits_ith(handle, start + n - 1), ctypes.c_void_p).value
+        if not first or not last:
+            raise RuntimeError(f"llama.cpp kept no logits for batch rows {start}..{start + n - 1}")
+        if last - first == (n - 1) * width:
+            return self._view(first, n)
+        rows = [ctypes.cast(llama_cpp.llama_get_logits_ith(handle, start + i), ctypes.c_void_p).value
+                for i in range(n)]
+        return np.stack([self._view(address, 1)[0] for address in rows if address])
+
+    def seq_drop(self, seq: int, n_keep: int) -> None:
+        """Drop sequence ``seq``'s positions >= n_keep (every other sequence keeps its cells), and check it."""
+        if not llama_cpp.llama_memory_seq_rm(self._memory, seq, n_keep, -1):
+            raise RollbackUnsupported(f"{self.model.path.name} cannot drop cached positions (recurrent model?)")
+        pos_max = llama_cpp.llama_memory_seq_pos_max(self._memory, seq)
+        if pos_max != n_keep - 1:
+            raise RollbackUnsupported(f"rollback left position {pos_max} in the cache, expected {n_keep - 1}")
+
+    def seq_share(self, src: int, dst: int, n: int) -> None:
+        """Give sequence ``dst`` the cells of ``src``'s first ``n`` positions (shared, not copied: a unified cache)."""
+        llama_cpp.llama_memory_seq_cp(self._memory, src, dst, 0, n)
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """Score a token tree in one pass: ``tokens[0]`` follows the cache, ``tokens[i]`` follows row
@@ -262,22 +328,32 @@ class Context:
 
     def _attach(self) -> None:
         for s in range(self.n_seq):
-            chain = _greedy_chain()
-            if not llama_cpp.llama_set_sampler(self.handle, s, chain):
-                llama_cpp.llama_sampler_free(chain)
-                raise RuntimeError("llama.cpp refused the backend greedy sampler it accepted before")
-            self._chains.append(chain)
+            self.set_backend_greedy(s, True)
 
     def _detach(self) -> None:
-        for s in range(len(self._chains)):
-            llama_cpp.llama_set_sampler(self.handle, s, None)
-        # llama.cpp drops every graph built with the old chains before its next pass: freeing them now is safe
-        self._free_chains()
+        for s in list(self._chains):
+            self.set_backend_greedy(s, False)
+
+    def set_backend_greedy(self, seq: int, on: bool) -> None:
+        """Whether sequence ``seq``'s rows come back as backend-sampled token ids (on) or as logits (off). Each switch
+        makes llama.cpp re-reserve its graph on the next pass."""
+        if on == (seq in self._chains):
+            return
+        if on:
+            chain = _greedy_chain()
+            if not llama_cpp.llama_set_sampler(self.handle, seq, chain):
+                llama_cpp.llama_sampler_free(chain)
+                raise RuntimeError("llama.cpp refused the backend greedy sampler it accepted before")
+            self._chains[seq] = chain
+        else:
+            llama_cpp.llama_set_sampler(self.handle, seq, None)
+            # llama.cpp drops every graph built with the old chain before its next pass: freeing it now is safe
+            llama_cpp.llama_sampler_free(self._chains.pop(seq))
 
     def _free_chains(self) -> None:
-        for chain in self._chains:
+        for chain in self._chains.values():
             llama_cpp.llama_sampler_free(chain)
-        self._chains = []
+        self._chains = {}
 
     def _check_thread(self) -> None:
         # llama.cpp's CPU backend keeps an OpenMP thread team per calling thread: decoding from a second thread
@@ -295,10 +371,12 @@ class Context:
 
     def _logits(self, rows: int) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits(self.handle)
+        return self._view(ctypes.cast(ptr, ctypes.c_void_p).value, rows)
+
+    def _view(self, address: int | None, rows: int) -> np.ndarray:
         array_type = self._logit_types.get(rows)
         if array_type is None:
             array_type = self._logit_types[rows] = ctypes.c_float * (rows * self.n_vocab)
-        address = ctypes.cast(ptr, ctypes.c_void_p).value
         return np.frombuffer(array_type.from_address(address), dtype=np.float32).reshape(rows, self.n_vocab)
 
     def truncate(self, n_keep: int) -> None:
