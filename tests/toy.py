@@ -128,3 +128,49 @@ class RecurrentToyContext(ToyContext):
         if 0 < n_keep < len(self.tokens):
             raise RollbackUnsupported("toy recurrent memory")
         super().truncate(n_keep)
+
+
+class ToyLanes:
+    """Lanes of toy contexts sharing passes, behind the scheduler's SharedContext protocol: logits depend only on a
+    lane's own tokens, so a sequence's outputs cannot depend on its neighbours unless the scheduler mixes them up."""
+
+    def __init__(self, model: ToyModel, n_lanes: int, n_ctx: int = 4096, n_batch: int = 512,
+                 max_rows: int = 64) -> None:
+        self.lanes = [ToyContext(model, n_ctx) for _ in range(n_lanes)]
+        self.n_ctx, self.n_batch, self.max_rows = n_ctx, n_batch, max_rows
+        self.passes = 0
+        self.rows: list[int] = []  # outputs per pass
+        self.shared = 0  # tokens copied between lanes
+
+    def __len__(self) -> int:
+        return len(self.lanes)
+
+    def __getitem__(self, lane: int) -> ToyContext:
+        return self.lanes[lane]
+
+    def set_greedy(self, lane: int, greedy: bool) -> None:
+        pass
+
+    def decode(self, parts: Sequence) -> list:
+        assert sum(len(p.tokens) for p in parts) <= self.n_batch, "a pass over the batch size"
+        outputs = sum(len(p.tokens) for p in parts if p.want)
+        assert outputs <= self.max_rows, f"{outputs} outputs in a pass of at most {self.max_rows}"
+        assert len({p.lane for p in parts}) == len(parts), "a lane twice in one pass"
+        self.passes += 1
+        self.rows.append(outputs)
+        out = []
+        for p in parts:
+            rows = self.lanes[p.lane]._pass(p.tokens) if p.tokens else None
+            self.lanes[p.lane].passes -= 1  # counted once, here
+            if p.want is None:
+                out.append(None)
+            elif p.want == "ids":
+                out.append([int(r.argmax()) for r in rows])
+            else:
+                out.append(rows)
+        return out
+
+    def share(self, src: int, dst: int, n: int) -> None:
+        assert n <= len(self.lanes[src].tokens)
+        self.lanes[dst].tokens = list(self.lanes[src].tokens[:n])
+        self.shared += n

@@ -63,6 +63,18 @@ class Plan:
     parents: list[int] | None
 
 
+@dataclass(slots=True)
+class Run:
+    """One generation in progress: what it has accepted so far (prompt included), its limits, stats and text."""
+
+    history: list[int]
+    settings: GenerationSettings
+    stats: Stats
+    text: TextStream
+    reason: str = ""  # why it ended; "" while it runs
+    started: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class StepResult:
     draft: Draft
@@ -124,10 +136,11 @@ class Generator:
         return decode(plan.rows, plan.parents)
 
     def settle(
-        self, history: list[int], plan: Plan, outputs: Outputs, draft_seconds: float, started: float
+        self, history: list[int], plan: Plan, outputs: Outputs, draft_seconds: float, started: float,
+        *, shared: bool = False,
     ) -> StepResult:
         """Verify the pass's ``outputs`` for ``plan``, accept, roll back and tell the policy; ``started``: the clock
-        when the pass began."""
+        when the pass began. ``shared``: other sequences' rows were in the pass (the scheduler prices it)."""
         verdict = self._verify(len(history), plan, outputs)
         accepted = [plan.tree.tokens[node] for node in verdict.nodes]
         # roll back: keep the pending token and the accepted draft tokens (a chain's prefix, a tree's path)
@@ -135,7 +148,8 @@ class Generator:
         self._roll_back([*history, *accepted], rows)
         verify_seconds = self.clock() - started
         emitted = [*accepted, verdict.token]
-        self.policy.observe(plan.draft, verdict.n_accepted, draft_seconds, verify_seconds, emitted, len(plan.tree))
+        self.policy.observe(plan.draft, verdict.n_accepted, draft_seconds, verify_seconds, emitted, len(plan.tree),
+                           priced=not shared)
         return StepResult(plan.draft, plan.tree, verdict, emitted, draft_seconds, verify_seconds)
 
     def _verify(self, position: int, plan: Plan, outputs: Outputs) -> Verdict:
@@ -187,46 +201,64 @@ class Generator:
         cancelled: Callable[[], bool] = lambda: False,
     ) -> Iterator[Event]:
         """Stream events for one generation. The cache is reused from the previous call where prompts agree."""
-        history = list(prompt)
-        self.draws = PositionalDraws(self.sampling.seed)  # per generation: unseeded runs differ
-        stats = Stats(prompt_tokens=len(history))
-        yield self._prefill(history, stats)
-        for drafter in self.drafters:
-            drafter.begin(history)
-        self.policy.restart()
-        text = TextStream(self.vocab, settings.stop)
-        reason = "length"
-        start = self.clock()
+        run = Run(list(prompt), settings, Stats(prompt_tokens=len(prompt)), TextStream(self.vocab, settings.stop))
+        yield self._prefill(run.history, run.stats)
+        self.begin(run)
         try:
-            while stats.generated_tokens < settings.max_tokens:
+            while not run.reason:
+                room = self.room(run)
+                if room is None:
+                    break
                 if cancelled():
-                    reason = "interrupted"
+                    run.reason = "interrupted"
                     break
-                room_ctx = self.target.n_ctx - len(history)
-                if room_ctx < 0:
-                    reason = "context_full"
-                    break
-                room = min(settings.max_tokens - stats.generated_tokens - 1, room_ctx)
-                result = self.step(history, room)
-                event, ended = self._emit(result, text, settings.max_tokens - stats.generated_tokens)
-                history.extend(t.id for t in event.emitted)
-                verified = max(1, len(result.draft.candidates))
-                for drafter in self.drafters:
-                    drafter.accept(history, len(event.accepted), verified)
-                stats.add_step(event)
-                yield event
+                yield self.advance(run, self.step(run.history, room))
                 while self.notices:
                     yield Notice(self.notices.pop(0))
-                if ended:
-                    reason = ended
-                    break
         except KeyboardInterrupt:
-            reason = "interrupted"
-        # keep the invariant for the next call: the cache holds history[:-1]
-        self.target.truncate(len(history) - 1)
-        stats.stop_reason = reason
-        stats.decode_seconds = self.clock() - start
-        yield Finished(reason, stats, "" if reason == "stop" else text.flush())
+            run.reason = "interrupted"
+        yield self.end(run)
+
+    # -- one generation, a step at a time: generate's parts, which a scheduler drives for many sequences --
+
+    def begin(self, run: Run) -> None:
+        """Start ``run`` (its prompt cached up to the last token): fresh random streams, drafters and watch list."""
+        self.draws = PositionalDraws(self.sampling.seed)  # per generation: unseeded runs differ
+        for drafter in self.drafters:
+            drafter.begin(run.history)
+        self.policy.restart()
+        run.started = self.clock()
+
+    def room(self, run: Run) -> int | None:
+        """How many draft tokens the next step may propose; None when the run has ended (its reason set)."""
+        if run.stats.generated_tokens >= run.settings.max_tokens:
+            run.reason = run.reason or "length"
+            return None
+        room_ctx = self.target.n_ctx - len(run.history)
+        if room_ctx < 0:
+            run.reason = "context_full"
+            return None
+        return min(run.settings.max_tokens - run.stats.generated_tokens - 1, room_ctx)
+
+    def advance(self, run: Run, result: StepResult) -> Step:
+        """Emit a settled step's tokens into ``run``: history, drafters, stats, and its end if one was reached."""
+        event, ended = self._emit(result, run.text, run.settings.max_tokens - run.stats.generated_tokens)
+        run.history.extend(t.id for t in event.emitted)
+        verified = max(1, len(result.draft.candidates))
+        for drafter in self.drafters:
+            drafter.accept(run.history, len(event.accepted), verified)
+        run.stats.add_step(event)
+        if ended:
+            run.reason = ended
+        return event
+
+    def end(self, run: Run) -> Finished:
+        """Close ``run``: the cache keeps the invariant for the next call (it holds history[:-1])."""
+        self.target.truncate(len(run.history) - 1)
+        reason = run.reason or "length"
+        run.stats.stop_reason = reason
+        run.stats.decode_seconds = self.clock() - run.started
+        return Finished(reason, run.stats, "" if reason == "stop" else run.text.flush())
 
     def _prefill(self, history: list[int], stats: Stats) -> Prefill:
         if len(history) >= self.target.n_ctx:

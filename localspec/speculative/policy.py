@@ -122,13 +122,19 @@ class _Watched:
 class DraftPolicy:
     """Picks k per step; ``fixed`` pins it (``--k N``)."""
 
-    def __init__(self, k_max: int = 16, fixed: int | None = None, branches: int = 1) -> None:
+    def __init__(
+        self, k_max: int = 16, fixed: int | None = None, branches: int = 1, costs: PassCosts | None = None
+    ) -> None:
         self.k_max = k_max
         self.fixed = fixed
         self.branches = branches  # the most candidates a lookup may offer, verified together as a token tree
         # what a target pass costs on this device: calibrated, corrected by every pass the loop makes; it is the
-        # device's, not the text's, so ``reset`` keeps it
-        self.costs = PassCosts()
+        # device's, not the text's, so ``reset`` keeps it, and the sequences of a batch share one
+        self.costs = costs if costs is not None else PassCosts()
+        # the rest of the pass this sequence's rows join (a batch's other sequences): rows, and the tokens they are
+        # expected to emit; a draft is priced as what it adds to the whole pass
+        self.others: tuple[int, float] = (0, 0.0)
+        self.expected = 1.0  # tokens the last chosen draft is expected to emit (its accepted prefix + the target's)
         self._drafter_calibration: dict[str, float] = {}
         self.reset()
 
@@ -178,7 +184,7 @@ class DraftPolicy:
         depth = min(max(len(c) for c in candidates), self.k_max)
         sizes = trie_sizes(candidates, depth)
         chain = self._survival_of(draft.kind).expected_accepted(k)[k]
-        best, best_rate = (k, 1), (1.0 + chain) / self.costs(1 + k) * _TREE_MARGIN
+        best, best_rate = (k, 1), self._rate(1.0 + chain, 1 + k) * _TREE_MARGIN
         depths = range(1, depth + 1) if self.fixed is None else [min(self.fixed, depth)]
         for w in range(2, len(candidates) + 1):
             survival = self._survival_of(_wide(draft.kind, w))
@@ -194,9 +200,10 @@ class DraftPolicy:
                     break
                 if nodes == sizes[w - 2][d]:
                     continue  # the w-th candidate adds nothing this deep
-                rate = (1.0 + expected[d]) / self.costs(1 + nodes)
+                rate = self._rate(1.0 + expected[d], 1 + nodes)
                 if rate > best_rate:
                     best, best_rate = (d, w), rate
+                    self.expected = 1.0 + expected[d]
         return best
 
     def _survival_of(self, kind: str) -> _Survival:
@@ -213,6 +220,11 @@ class DraftPolicy:
         """Seed the pass-cost curve with measured seconds per batch size; every pass keeps correcting it."""
         self.costs = PassCosts(dict(verify_seconds))
 
+    def _rate(self, tokens: float, rows: int, draft_seconds: float = 0.0) -> float:
+        """Tokens per second of the whole pass when this sequence adds ``rows`` rows expected to emit ``tokens``."""
+        other_rows, other_tokens = self.others
+        return (other_tokens + tokens) / (self.costs(other_rows + rows) + draft_seconds)
+
     def calibrate_drafter(self, drafter: str, seconds_per_token: float) -> None:
         """Seed a model drafter's cost per drafted token, so a drafter too slow to pay is never tried."""
         self._drafter_calibration[drafter] = seconds_per_token
@@ -222,6 +234,7 @@ class DraftPolicy:
         """The k that maximises expected tokens per second for drafts of ``kind`` (``watched``: learned in
         hindsight, so never worth a probe)."""
         cap = self.k_max if limit is None else min(limit, self.k_max)
+        self.expected = 1.0
         if self.fixed is not None:
             return min(self.fixed, cap)
         if cap <= 0:
@@ -230,14 +243,13 @@ class DraftPolicy:
             return min(_PROBE_K, cap)  # nothing measured yet: a modest draft measures the costs
         expected = self._survival_of(kind).expected_accepted(cap)
         d = self._draft_cost.get(drafter, 0.0)
-        plain = 1.0 / self.costs(1)
+        plain = self._rate(1.0, 1)
         best_k, best_rate, could_pay = 0, plain, False
         for k in range(1, cap + 1):
-            seconds = self.costs(k + 1) + k * d
-            rate = (1.0 + expected[k]) / seconds
+            rate = self._rate(1.0 + expected[k], 1 + k, k * d)
             if rate > best_rate:
                 best_k, best_rate = k, rate
-            could_pay = could_pay or (1 + k) / seconds > plain  # if every drafted token were accepted
+            could_pay = could_pay or self._rate(1.0 + k, 1 + k, k * d) > plain  # if every drafted token were accepted
         if best_k == 0:
             if watched:
                 return 0  # a probe would pay to learn what the proposal teaches for free
@@ -253,16 +265,19 @@ class DraftPolicy:
                 return min(_PROBE_K, cap)
             return 0
         self._patience.pop(kind, None)
+        self.expected = 1.0 + expected[best_k]
         return best_k
 
     def observe(
         self, draft: Draft, accepted: int, draft_seconds: float, verify_seconds: float, emitted: Sequence[int],
-        nodes: int | None = None,
+        nodes: int | None = None, *, priced: bool = True,
     ) -> None:
         """One step's outcome; ``emitted`` are the tokens it produced (accepted draft tokens, then the target's);
-        ``nodes``: the draft tokens the pass verified, where a tree's candidates shared some."""
+        ``nodes``: the draft tokens the pass verified, where a tree's candidates shared some. ``priced``: the pass
+        was this sequence's alone, so its seconds are what its rows cost (a batch prices its shared passes itself)."""
         drafted, drafter = len(draft), draft.drafter
-        self.costs.update((drafted if nodes is None else nodes) + 1, verify_seconds)
+        if priced:
+            self.costs.update((drafted if nodes is None else nodes) + 1, verify_seconds)
         if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice
             self._survival_of(draft.kind).update(accepted, drafted)
         self._trimmed = None

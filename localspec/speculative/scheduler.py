@@ -1,0 +1,284 @@
+"""Many sequences, one pass: the batch scheduler.
+
+Each generation keeps its own ``Generator`` (drafters, acceptance statistics, random streams) on a lane of a shared
+context. A scheduler step asks every decoding sequence for its plan (the pending token and its draft), adds a chunk
+of a waiting prompt, decodes all of it in one pass, and hands each sequence its rows back to settle: verify, accept,
+roll back, emit, exactly as ``Generator.step`` does for one. When a sequence ends, the next prompt takes its lane.
+
+What the policy decides here: a draft is priced as what it adds to the whole pass (``DraftPolicy.others``), on the
+one cost curve the sequences share, so where a pass of more rows costs a lot more (an H100 past 8 rows) the drafts
+shrink to none, and where there are few sequences left they grow again.
+
+A prompt is prefilled in chunks that share passes with the running sequences, so none of them waits for a long
+prompt much longer than one pass (``prefill_chunk``, see ``PREFILL_CHUNK``); with no sequence decoding, a chunk
+fills the whole batch. A prefix another lane already holds (a shared system prompt, one document asked several
+questions) is copied from it (``seq_cp``), and a prompt waits for a lane that is prefilling the prefix they share
+instead of computing it a second time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from localspec.engine.context import common_prefix
+from localspec.events import Event, Prefill, Stats
+from localspec.settings import GenerationSettings, SamplingSettings
+from localspec.speculative.costs import PassCosts
+from localspec.speculative.loop import Generator, Outputs, Plan, Run, Target
+from localspec.speculative.text import TextStream
+
+# Prompt tokens a pass takes while other sequences decode. On this 2-core CPU a pass of 64 prompt tokens costs
+# about 5 single passes and prefills at ~12x the speed of one token at a time (docs/performance.md): each running
+# sequence waits about 5 passes' time once per admitted prompt, and a 1,000-token prompt still needs 16 passes.
+PREFILL_CHUNK = 64
+
+
+class SharedContext(Protocol):
+    """Sequences (lanes) that share passes: engine.lanes.Lanes, a toy in tests, priced lanes in a replay."""
+
+    n_ctx: int  # tokens one lane may hold
+    n_batch: int  # tokens one pass may hold
+    max_rows: int  # outputs one pass may have
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, lane: int) -> Target: ...
+    def set_greedy(self, lane: int, greedy: bool) -> None: ...
+    def decode(self, parts: Sequence[Part]) -> list[Outputs | None]: ...
+    def share(self, src: int, dst: int, n: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One lane's share of a pass (the same shape as engine.lanes.Part)."""
+
+    lane: int
+    tokens: Sequence[int]
+    want: str | None = "ids"
+
+
+@dataclass(slots=True)
+class Job:
+    """One prompt to generate from, with its own limits and sampling; ``key``: the caller's (e.g. a request id)."""
+
+    prompt: list[int]
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    key: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A job that could not run (a prompt the context cannot hold); the batch goes on."""
+
+    message: str
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A job on a lane: prefilling until its prompt (all but the pending last token) is cached, then decoding."""
+
+    job: Job
+    lane: int
+    generator: Generator
+    run: Run
+    decoding: bool = False
+    plan: Plan | None = None
+    draft_seconds: float = 0.0
+    last: tuple[int, float] = (1, 1.0)  # rows of its last plan, and the tokens they were expected to emit
+
+    @property
+    def cached_target(self) -> list[int]:
+        return self.run.history[:-1]
+
+
+@dataclass(slots=True)
+class PassStats:
+    """What the scheduler's passes did, for a job's totals."""
+
+    passes: int = 0
+    rows: int = 0  # decode rows (pending tokens and drafts), over all passes
+    prefill_tokens: int = 0
+    shared_prefix_tokens: int = 0  # prompt tokens copied from another lane instead of computed
+
+
+class Scheduler:
+    """Runs jobs on ``lanes``, ``parallel`` at a time; ``make_generator(lane, sampling)`` builds a sequence's loop
+    (its drafters, and a policy on the shared ``costs``)."""
+
+    def __init__(
+        self,
+        lanes: SharedContext,
+        make_generator: Callable[[Target, SamplingSettings], Generator],
+        costs: PassCosts,
+        *,
+        parallel: int | None = None,
+        prefill_chunk: int = PREFILL_CHUNK,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.lanes = lanes
+        self.make_generator = make_generator
+        self.costs = costs
+        self.parallel = min(parallel or len(lanes), len(lanes))
+        self.prefill_chunk = prefill_chunk
+        self.clock = clock
+        self.stats = PassStats()
+
+    def run(self, jobs: Iterable[Job], cancelled: Callable[[], bool] = lambda: False) -> Iterator[tuple[Job, Event]]:
+        """Every job's events, as they happen: Prefill, then Steps, then Finished (or one Failed). Jobs are taken
+        from ``jobs`` as lanes free up. When ``cancelled`` turns true, every running job finishes "interrupted" and
+        the jobs not started are left in the iterator."""
+        pending = iter(jobs)
+        flights: list[_Flight | None] = [None] * self.parallel
+        more = True
+        while True:
+            if more and not cancelled():
+                more = yield from self._admit(flights, pending)
+            if not any(flights):
+                return
+            if cancelled():
+                for f in flights:
+                    if f is not None:
+                        f.run.reason = "interrupted"
+                        yield f.job, f.generator.end(f.run)
+                return
+            yield from self._pass(flights)
+            for i, f in enumerate(flights):
+                if f is not None and f.run.reason:
+                    yield f.job, f.generator.end(f.run)
+                    flights[i] = None
+
+    def _admit(self, flights: list[_Flight | None], pending: Iterator[Job]) -> Iterator[tuple[Job, Event]]:
+        """Fill free lanes with the next jobs; False once ``pending`` is spent."""
+        for i, f in enumerate(flights):
+            if f is not None:
+                continue
+            while True:
+                job = next(pending, None)
+                if job is None:
+                    return False
+                problem = self._problem(job)
+                if problem is None:
+                    break
+                yield job, Failed(problem)
+            flights[i] = self._start(job, i)
+        return True
+
+    def _problem(self, job: Job) -> str | None:
+        n, room = len(job.prompt), self.lanes.n_ctx
+        if n == 0:
+            return "the prompt is empty"
+        if n >= room:
+            return f"the prompt is {n} tokens but a sequence holds {room}: raise --ctx or shorten the prompt"
+        return None
+
+    def _start(self, job: Job, lane: int) -> _Flight:
+        target = self.lanes[lane]
+        self.lanes.set_greedy(lane, job.sampling.greedy)
+        generator = self.make_generator(target, job.sampling)
+        run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
+                  TextStream(generator.vocab, job.settings.stop))
+        run.started = self.clock()
+        # what the lane still holds from its last job is reused where the prompts agree
+        target.truncate(common_prefix(target.tokens, job.prompt[:-1]))
+        return _Flight(job, lane, generator, run)
+
+    def _pass(self, flights: list[_Flight | None]) -> Iterator[tuple[Job, Event]]:
+        """One pass: every decoding sequence's plan, prompt chunks in what room is left; then settle each."""
+        live = [f for f in flights if f is not None]
+        for f in live:
+            if not f.decoding:
+                self._share_prefix(f, live)
+                yield from self._prefilled(f)  # a prompt another lane held, or the lane's last job, is cached whole
+        decoding = [f for f in live if f.decoding]
+        parts: list[Part] = []
+        planned: list[_Flight] = []
+        rows_after = sum(f.last[0] for f in decoding)
+        tokens_after = sum(f.last[1] for f in decoding)
+        rows_before, tokens_before = 0, 0.0
+        for f in decoding:
+            rows_after -= f.last[0]
+            tokens_after -= f.last[1]
+            room = f.generator.room(f.run)
+            if room is None:
+                continue  # ended: its budget is spent or its context full
+            others = rows_before + rows_after
+            room = min(room, self.lanes.max_rows - others - 1)
+            policy = f.generator.policy
+            policy.others = (others, tokens_before + tokens_after)
+            t0 = self.clock()
+            f.plan = plan = f.generator.plan(f.run.history, room)
+            f.draft_seconds = self.clock() - t0
+            f.last = (len(plan.rows), policy.expected if len(plan.rows) > 1 else 1.0)
+            rows_before += f.last[0]
+            tokens_before += f.last[1]
+            parts.append(Part(f.lane, plan.rows, "ids" if f.job.sampling.greedy else "logits"))
+            planned.append(f)
+        prefilling = self._prefill_parts(live, rows_before, bool(planned))
+        parts += [Part(f.lane, chunk, None) for f, chunk in prefilling]
+        if not parts:
+            return
+        started = self.clock()
+        outputs = self.lanes.decode(parts)
+        self.stats.passes += 1
+        self.stats.rows += rows_before
+        for f, out in zip(planned, outputs, strict=False):
+            assert f.plan is not None and out is not None
+            result = f.generator.settle(f.run.history, f.plan, out, f.draft_seconds, started, shared=True)
+            yield f.job, f.generator.advance(f.run, result)
+            f.plan = None
+        if planned and not prefilling:  # a prompt chunk's tokens cost less than rows with outputs: not on the curve
+            self.costs.update(rows_before, self.clock() - started)
+        for f, chunk in prefilling:
+            self.stats.prefill_tokens += len(chunk)
+            yield from self._prefilled(f)
+
+    def _prefill_parts(
+        self, live: list[_Flight], rows: int, decoding: bool
+    ) -> list[tuple[_Flight, Sequence[int]]]:
+        """Prompt chunks for this pass: copy what another lane holds, wait for a lane prefilling a shared prefix,
+        and compute the rest in chunks (small while others decode, else the whole batch)."""
+        budget = self.lanes.n_batch - rows
+        if decoding:
+            budget = min(budget, self.prefill_chunk)
+        out: list[tuple[_Flight, Sequence[int]]] = []
+        waiting = [f for f in live if not f.decoding]
+        for n, f in enumerate(waiting):
+            target = f.cached_target
+            have = len(self.lanes[f.lane].tokens)
+            # an earlier prompt still computing a prefix this one shares: wait for it, then copy it
+            if any(common_prefix(g.cached_target, target) > max(have, len(self.lanes[g.lane].tokens))
+                   for g in waiting[:n]):
+                continue
+            take = min(budget, len(target) - have)
+            if take > 0:
+                out.append((f, target[have : have + take]))
+                budget -= take
+        return out
+
+    def _share_prefix(self, f: _Flight, live: list[_Flight]) -> None:
+        lane = self.lanes[f.lane]
+        target = f.cached_target
+        best, source = len(lane.tokens), -1
+        for g in live:
+            if g is not f:
+                n = common_prefix(self.lanes[g.lane].tokens, target)
+                if n > best:
+                    best, source = n, g.lane
+        if source >= 0:
+            self.lanes.share(source, f.lane, best)
+            self.stats.shared_prefix_tokens += best
+
+    def _prefilled(self, f: _Flight) -> Iterator[tuple[Job, Event]]:
+        """Once its prompt is cached, a flight starts decoding (its last prompt token goes into its first pass)."""
+        lane = self.lanes[f.lane]
+        target = f.cached_target
+        if len(lane.tokens) < len(target):
+            return
+        f.decoding = True
+        f.run.stats.prefill_seconds = self.clock() - f.run.started
+        f.generator.begin(f.run)
+        yield f.job, Prefill(len(f.run.history), len(target), f.run.stats.prefill_seconds)
+
