@@ -7,3 +7,13 @@ from localspec._native import load_llama_libraries
 load_llama_libraries()
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # the batch API loads the engine (numpy, llama.cpp's wrappers): only when a script asks for it, so that
+    # `import localspec` (every CLI start, `--help` too) stays light
+    if name in ("generate_many", "generate"):
+        from localspec.batch import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'localspec' has no attribute {name!r}")

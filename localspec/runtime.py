@@ -18,12 +18,14 @@ from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Message, Model
 from localspec.engine.backend import describe_device, gpu_offload_supported
+from localspec.engine.lanes import Lanes
 from localspec.errors import UserError
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import Calibration, load_or_measure
-from localspec.speculative.loop import Generator
+from localspec.speculative.costs import PassCosts
+from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
 
 NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
@@ -38,8 +40,29 @@ def resolve(spec: str | None) -> tuple[str, Path]:
     return resolved.name, resolved.path
 
 
+class Prompts:
+    """Turning text into the target's prompt tokens: what every runtime offers its faces."""
+
+    model: Model
+    chat_template: ChatTemplate
+
+    def prompt_tokens(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
+        """A plain prompt may name special tokens ("<start_of_turn>"), as in llama.cpp; a chat message may not."""
+        if chat:
+            tokens = self.chat_tokens(([Message("system", system)] if system else []) + [Message("user", prompt)])
+        else:
+            tokens = self.model.vocab.tokenize(prompt, add_special=True, parse_special=True)
+        if not tokens:
+            raise UserError("the prompt is empty: pass some text (or - to read it from stdin)")
+        return tokens
+
+    def chat_tokens(self, messages: list[Message]) -> list[int]:
+        """A conversation in the chat template, ready for the model's answer; the messages' text stays text."""
+        return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True)
+
+
 @dataclass
-class Runtime:
+class Runtime(Prompts):
     model_name: str
     model: Model
     context: Context
@@ -120,20 +143,6 @@ class Runtime:
         self.generator.drafters = self._drafters[kind]
         self.drafter_name = kind
 
-    def prompt_tokens(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
-        """A plain prompt may name special tokens ("<start_of_turn>"), as in llama.cpp; a chat message may not."""
-        if chat:
-            tokens = self.chat_tokens(([Message("system", system)] if system else []) + [Message("user", prompt)])
-        else:
-            tokens = self.model.vocab.tokenize(prompt, add_special=True, parse_special=True)
-        if not tokens:
-            raise UserError("the prompt is empty: pass some text (or - to read it from stdin)")
-        return tokens
-
-    def chat_tokens(self, messages: list[Message]) -> list[int]:
-        """A conversation in the chat template, ready for the model's answer; the messages' text stays text."""
-        return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True)
-
     def _calibrate(self, cancelled: Callable[[], bool] | None = None) -> None:
         policy, runtime, speculation = self.generator.policy, self.settings.runtime, self.settings.speculation
         if policy.calibrated or speculation.k is not None:  # a fixed k needs no cost model
@@ -164,6 +173,105 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class BatchRuntime(Prompts):
+    """What ``localspec batch`` and ``generate_many`` run on: the target on ``parallel`` lanes of one context, the
+    pass costs its sequences share, and a factory for each sequence's loop (lookup drafters only: a draft model
+    would need a context per lane)."""
+
+    model_name: str
+    model: Model
+    lanes: Lanes
+    costs: PassCosts
+    chat_template: ChatTemplate
+    settings: Settings
+    parallel: int
+    device: str = ""
+    notices: list[str] = field(default_factory=list)
+    calibration: Calibration | None = None
+    _stack: ExitStack = field(default_factory=ExitStack, repr=False)
+
+    @classmethod
+    def open(
+        cls, settings: Settings, parallel: int | None = None, *, jobs: int | None = None,
+        cancelled: Callable[[], bool] | None = None, say: Callable[[str], None] | None = None,
+    ) -> BatchRuntime:
+        """``parallel`` None: as many lanes as pay on this device's pass costs (at most PARALLEL_AUTO_MAX, and no
+        more than ``jobs``)."""
+        runtime, speculation = settings.runtime, settings.speculation
+        if lookup_drafters(speculation.drafter) is None:
+            raise UserError(f"batch drafts with n-gram lookup only (--drafter ngram, auto or none), not "
+                            f"{speculation.drafter!r}: a draft model would need a context per sequence")
+        stack = ExitStack()
+        try:
+            name, path = resolve(settings.model)
+            notices: list[str] = []
+            if runtime.n_gpu_layers and not gpu_offload_supported():
+                notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
+            target = stack.enter_context(
+                Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
+            )
+            n_max = speculation.k_max + 1
+            # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
+            with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
+                         greedy_rows=n_max) as probe:
+                calibration = load_or_measure(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
+                                              n_max, say=say, cancelled=cancelled)
+            costs = PassCosts(dict(calibration.seconds))
+            if parallel is None:
+                parallel = auto_parallel(costs, PARALLEL_AUTO_MAX)
+            parallel = max(1, min(parallel, jobs or parallel))
+            lanes = stack.enter_context(Lanes(
+                target, parallel, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch,
+                max_rows=min(runtime.n_batch, parallel * n_max)))
+            if lanes.n_ctx < runtime.n_ctx:
+                notices.append(f"--ctx {runtime.n_ctx} is {lanes.n_ctx} tokens per sequence here "
+                               f"({name} was trained on {target.n_ctx_train})")
+            if cancelled is not None and cancelled():
+                raise KeyboardInterrupt
+            return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel,
+                       describe_device(target.gpu_layers, target.n_layer, runtime.threads()), notices, calibration,
+                       stack)
+        except BaseException:
+            stack.close()
+            raise
+
+    def make_generator(self, lane: Target, sampling: SamplingSettings) -> Generator:
+        """A sequence's own loop: fresh drafters and acceptance statistics, the shared pass costs."""
+        speculation = self.settings.speculation
+        drafters = lookup_drafters(speculation.drafter) or []
+        policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, costs=self.costs)
+        return Generator(lane, self.model.vocab, drafters, sampling, policy)
+
+    def close(self) -> None:
+        try:
+            if self.calibration is not None and self.calibration.improve(self.costs):
+                self.calibration.save()
+        finally:
+            self._stack.close()
+
+    def __enter__(self) -> BatchRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --parallel auto looks no further: each lane holds a --ctx of KV cache (docs/batch.md prices it)
+PARALLEL_AUTO_MAX = 8
+# ... and takes the fewest lanes that reach this share of the best throughput the cost curve promises
+PARALLEL_AUTO_SHARE = 0.9
+
+
+def auto_parallel(costs: PassCosts, limit: int) -> int:
+    """How many sequences to run at once: plain batching's tokens per second, p / cost(p), is what lanes buy; take
+    the fewest within PARALLEL_AUTO_SHARE of the best up to ``limit`` (more lanes cost memory and each sequence's
+    latency for little)."""
+    rate = {p: p / costs(p) for p in range(1, limit + 1)}
+    best = max(rate.values())
+    return min(p for p, r in rate.items() if r >= PARALLEL_AUTO_SHARE * best)
 
 
 def lookup_drafters(kind: str) -> list[Drafter] | None:

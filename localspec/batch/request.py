@@ -1,0 +1,26 @@
+"""One generation asked of a batch: a prompt (plain text or chat messages) and the settings it overrides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from localspec.engine.chat import Message
+
+# how a result is written back: as the line came (plain), or as OpenAI Batch API output for either endpoint
+STYLES = ("plain", "openai-chat", "openai-completions")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """``prompt`` or ``messages`` (exactly one). A setting left None takes the job's (the command's options)."""
+
+    id: str
+    prompt: str | None = None
+    messages: tuple[Message, ...] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] | None = None
+    style: str = "plain"
+    line: int = 0  # where it came from in an input file (1-based; 0: not from a file)

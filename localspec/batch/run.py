@@ -1,0 +1,84 @@
+"""Requests through the scheduler: each becomes a job (its prompt tokenized, its settings over the job's), and each
+job's events become one Result. What `localspec batch` and ``generate_many`` share."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from localspec.batch.request import Request
+from localspec.batch.result import Result
+from localspec.errors import UserError
+from localspec.events import Event, Finished, Step
+from localspec.runtime import BatchRuntime
+from localspec.settings import GenerationSettings
+from localspec.speculative.scheduler import Failed, Job, Scheduler
+
+# what a Finished reason is called in a result: the OpenAI words where there is one
+FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",
+                  "interrupted": "interrupted"}
+
+
+@dataclass(slots=True)
+class _Pending:
+    index: int
+    request: Request
+    tokens: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+
+
+def run_requests(
+    rt: BatchRuntime, requests: Iterable[Request], *, chat: bool = False,
+    cancelled: Callable[[], bool] = lambda: False, on_event: Callable[[Request, Event], None] | None = None,
+) -> Iterator[Result]:
+    """Every request's Result, in the order they finish; a request that cannot run (a bad setting, a prompt too
+    long) gets a Result with its error and the rest go on. ``chat``: a plain prompt goes through the chat template
+    too. ``on_event``: every event of every request as it happens (a progress display)."""
+    failed: deque[Result] = deque()
+
+    def jobs() -> Iterator[Job]:
+        for index, request in enumerate(requests):
+            try:
+                yield _job(rt, request, index, chat)
+            except UserError as e:
+                failed.append(Result(request.id, finish_reason="error", error=str(e), index=index))
+
+    scheduler = Scheduler(rt.lanes, rt.make_generator, rt.costs, parallel=rt.parallel)
+    for job, event in scheduler.run(jobs(), cancelled):
+        while failed:
+            yield failed.popleft()
+        pending = job.key
+        assert isinstance(pending, _Pending)
+        if on_event is not None:
+            on_event(pending.request, event)
+        if isinstance(event, Step):
+            for token in event.emitted:
+                pending.tokens.append(token.id)
+                pending.pieces.append(token.text)
+        elif isinstance(event, Finished):
+            pending.pieces.append(event.tail)
+            yield Result(pending.request.id, "".join(pending.pieces), pending.tokens,
+                         FINISH_REASONS.get(event.reason, event.reason), event.stats, index=pending.index)
+        elif isinstance(event, Failed):
+            yield Result(pending.request.id, finish_reason="error", error=event.message, index=pending.index)
+    yield from failed
+
+
+def _job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
+    """The request's tokens and settings (its own where it has them, else the job's)."""
+    settings = rt.settings
+    sampling = replace(settings.sampling, **{name: value for name in ("temperature", "top_p", "seed")
+                                             if (value := getattr(request, name)) is not None})
+    generation = GenerationSettings(
+        max_tokens=request.max_tokens if request.max_tokens is not None else settings.generation.max_tokens,
+        stop=request.stop if request.stop is not None else settings.generation.stop,
+    )
+    sampling.validate()
+    generation.validate()
+    if request.messages is not None:
+        tokens = rt.chat_tokens(list(request.messages))
+    else:
+        tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
+    return Job(tokens, generation, sampling, key=_Pending(index, request))
+
