@@ -262,7 +262,7 @@ class BatchRuntime(Prompts):
 # --parallel auto looks no further: each lane holds a --ctx of KV cache (docs/batch.md prices it)
 PARALLEL_AUTO_MAX = 8
 # ... and takes the fewest lanes that reach this share of the best throughput the cost curve promises
-PARALLEL_AUTO_SHARE = 0.9
+PARALLEL_AUTO_SHARE = 0.95
 
 
 def auto_parallel(costs: PassCosts, limit: int) -> int:

@@ -148,8 +148,8 @@ class ToyLanes:
     def __getitem__(self, lane: int) -> ToyContext:
         return self.lanes[lane]
 
-    def set_greedy(self, lane: int, greedy: bool) -> None:
-        pass
+    def begin(self, lane: int, job: object) -> None:
+        self.begun = getattr(self, "begun", 0) + 1
 
     def decode(self, parts: Sequence) -> list:
         assert sum(len(p.tokens) for p in parts) <= self.n_batch, "a pass over the batch size"

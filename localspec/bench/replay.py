@@ -28,8 +28,10 @@ from localspec.errors import UserError
 from localspec.events import Finished, Stats
 from localspec.runtime import lookup_drafters
 from localspec.settings import GenerationSettings, SamplingSettings
-from localspec.speculative.loop import Generator
+from localspec.speculative.costs import PassCosts
+from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.scheduler import Job, Part, Scheduler
 
 REPLAYABLE = ("none", "ngram", "auto")  # drafters whose proposals need no model: auto is replayed without one
 ORACLE = "oracle"
@@ -132,10 +134,13 @@ class _KnownTarget:
         self._tree: list[int] = []
 
     def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
+        self.clock.now += self.table.step(len(tokens))
+        return self.answer(tokens)
+
+    def answer(self, tokens: Sequence[int]) -> list[int]:
+        """Cache ``tokens``; what the target emits after each (past the end of the replayed text, nothing matches)."""
         start = len(self.tokens)
         self.tokens += tokens
-        self.clock.now += self.table.step(len(tokens))
-        # what the target emits after each position; past the end of the replayed text, nothing matches
         return [self.sequence[i + 1] if i + 1 < len(self.sequence) else -1 for i in range(start, len(self.tokens))]
 
     def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
@@ -199,6 +204,86 @@ def replay(
     finished = [e for e in generator.generate(prompt, GenerationSettings(max_tokens=budget))
                 if isinstance(e, Finished)][-1]
     return finished.stats
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A generation to replay: its prompt, the tokens it produced, whether it ended on end-of-generation."""
+
+    prompt: list[int]
+    output: list[int]
+    eog: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReplay:
+    """A batch job priced on a table: its decoding seconds and what its passes held."""
+
+    seconds: float
+    generated_tokens: int
+    passes: int
+    rows: int
+    drafted: int
+    accepted: int
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class _KnownLanes:
+    """Lanes whose greedy answers are known (each job's generation); a pass costs what the table says for all its
+    rows. Prompt chunks are free, as in a one-sequence replay: a replay prices decoding."""
+
+    def __init__(self, table: CostTable, clock: _Clock, known: Sequence[Known], n_lanes: int, max_rows: int) -> None:
+        self.table, self.clock, self.known = table, clock, known
+        self.lanes = [_KnownTarget([], table, clock, eog=False) for _ in range(n_lanes)]
+        self.n_ctx = max(len(k.prompt) + len(k.output) for k in known) + 2
+        self.n_batch, self.max_rows = 1 << 30, max_rows
+
+    def __len__(self) -> int:
+        return len(self.lanes)
+
+    def __getitem__(self, lane: int) -> _KnownTarget:
+        return self.lanes[lane]
+
+    def begin(self, lane: int, job: Job) -> None:
+        known = self.known[int(job.key)]  # type: ignore[call-overload]
+        self.lanes[lane] = _KnownTarget([*known.prompt, *known.output], self.table, self.clock, eog=known.eog)
+
+    def decode(self, parts: Sequence[Part]) -> list[list[int] | None]:
+        rows = sum(len(p.tokens) for p in parts if p.want)
+        if rows:
+            self.clock.now += self.table.step(rows)
+        return [self.lanes[p.lane].answer(p.tokens) if p.want else self.lanes[p.lane].feed(p.tokens) for p in parts]
+
+    def share(self, src: int, dst: int, n: int) -> None:
+        self.lanes[dst].tokens = self.lanes[src].tokens[:n]
+
+
+def replay_batch(
+    drafter: str, known: Sequence[Known], table: CostTable, parallel: int, *, k: int | None = None, k_max: int = 16,
+) -> BatchReplay:
+    """Generate every ``known`` output again as one batch job, ``parallel`` sequences at a time, each drafting with
+    ``drafter`` (adaptive, or fixed ``k``) on a policy calibrated on the table's bare passes; every pass priced on the
+    table for all the rows it holds."""
+    drafters = lookup_drafters(drafter)
+    if drafters is None:
+        raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
+    clock = _Clock()
+    costs = PassCosts(table.calibration(k_max + 1))
+    lanes = _KnownLanes(table, clock, known, parallel, parallel * (k_max + 1))
+
+    def make(target: Target, sampling: SamplingSettings) -> Generator:
+        return Generator(target, _NoText(), lookup_drafters(drafter) or [], sampling,
+                         DraftPolicy(k_max=k_max, fixed=k, costs=costs), clock)
+
+    scheduler = Scheduler(lanes, make, costs, parallel=parallel, clock=clock)
+    jobs = [Job(list(g.prompt), GenerationSettings(max_tokens=len(g.output) + (1 if g.eog else 0)), key=i)
+            for i, g in enumerate(known)]
+    stats = [e.stats for _, e in scheduler.run(jobs) if isinstance(e, Finished)]
+    return BatchReplay(clock.now, sum(s.generated_tokens for s in stats), scheduler.stats.passes,
+                       scheduler.stats.rows, sum(s.drafted for s in stats), sum(s.accepted for s in stats))
 
 
 def replay_oracle(

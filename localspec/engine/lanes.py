@@ -13,25 +13,14 @@ Rows come back per lane as the lane wants them: token ids from llama.cpp's backe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from localspec.engine.context import Context
 from localspec.engine.model import Model
+from localspec.speculative.scheduler import Job, Part
 
 Outputs = list[int] | np.ndarray  # a part's token ids (greedy), or its logits rows
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One lane's share of a pass: its tokens, and what comes back for them ("ids", "logits", or None: a prefill
-    chunk that only extends the cache)."""
-
-    lane: int
-    tokens: Sequence[int]
-    want: str | None = "ids"
-
 
 class Lane:
     """One sequence of a shared context, behind the loop's ``Target`` protocol (chains only: a lane has one seq id)."""
@@ -92,9 +81,10 @@ class Lanes:
     def __getitem__(self, i: int) -> Lane:
         return self.lanes[i]
 
-    def set_greedy(self, lane: int, greedy: bool) -> None:
-        """A greedy lane's rows come back as token ids (backend-sampled where this build can), a sampling lane's as
-        logits."""
+    def begin(self, lane: int, job: Job) -> None:
+        """``job`` starts on ``lane``: a greedy job's rows come back as token ids (backend-sampled where this build
+        can), a sampling one's as logits."""
+        greedy = job.sampling.greedy
         self.lanes[lane].greedy = greedy
         if self.context.backend_sampling:
             self.context.set_backend_greedy(lane, greedy)

@@ -45,14 +45,15 @@ class SharedContext(Protocol):
 
     def __len__(self) -> int: ...
     def __getitem__(self, lane: int) -> Target: ...
-    def set_greedy(self, lane: int, greedy: bool) -> None: ...
+    def begin(self, lane: int, job: Job) -> None: ...  # ``job`` starts on ``lane``
     def decode(self, parts: Sequence[Part]) -> list[Outputs | None]: ...
     def share(self, src: int, dst: int, n: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """One lane's share of a pass (the same shape as engine.lanes.Part)."""
+    """One lane's share of a pass: its tokens, and what comes back for them ("ids", "logits", or None: a prompt
+    chunk that only extends the lane's cache)."""
 
     lane: int
     tokens: Sequence[int]
@@ -175,8 +176,8 @@ class Scheduler:
         return None
 
     def _start(self, job: Job, lane: int) -> _Flight:
+        self.lanes.begin(lane, job)
         target = self.lanes[lane]
-        self.lanes.set_greedy(lane, job.sampling.greedy)
         generator = self.make_generator(target, job.sampling)
         run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
                   TextStream(generator.vocab, job.settings.stop))
