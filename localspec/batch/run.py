@@ -13,7 +13,7 @@ from localspec.errors import UserError
 from localspec.events import Event, Finished, Step
 from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings
-from localspec.speculative.scheduler import Failed, Job, Scheduler
+from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
 
 # what a Finished reason is called in a result: the OpenAI words where there is one
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",
@@ -31,20 +31,22 @@ class _Pending:
 def run_requests(
     rt: BatchRuntime, requests: Iterable[Request], *, chat: bool = False,
     cancelled: Callable[[], bool] = lambda: False, on_event: Callable[[Request, Event], None] | None = None,
+    stats: PassStats | None = None,
 ) -> Iterator[Result]:
     """Every request's Result, in the order they finish; a request that cannot run (a bad setting, a prompt too
     long) gets a Result with its error and the rest go on. ``chat``: a plain prompt goes through the chat template
-    too. ``on_event``: every event of every request as it happens (a progress display)."""
+    too. ``on_event``: every event of every request as it happens (a progress display). ``stats``: what the passes
+    held, added up over the job."""
     failed: deque[Result] = deque()
 
     def jobs() -> Iterator[Job]:
         for index, request in enumerate(requests):
             try:
-                yield _job(rt, request, index, chat)
+                yield make_job(rt, request, index, chat)
             except UserError as e:
                 failed.append(Result(request.id, finish_reason="error", error=str(e), index=index))
 
-    scheduler = Scheduler(rt.lanes, rt.make_generator, rt.costs, parallel=rt.parallel)
+    scheduler = Scheduler(rt.lanes, rt.make_generator, rt.costs, parallel=rt.parallel, stats=stats)
     for job, event in scheduler.run(jobs(), cancelled):
         while failed:
             yield failed.popleft()
@@ -65,7 +67,7 @@ def run_requests(
     yield from failed
 
 
-def _job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
+def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     """The request's tokens and settings (its own where it has them, else the job's)."""
     settings = rt.settings
     sampling = replace(settings.sampling, **{name: value for name in ("temperature", "top_p", "seed")

@@ -118,6 +118,7 @@ class Scheduler:
         parallel: int | None = None,
         prefill_chunk: int = PREFILL_CHUNK,
         clock: Callable[[], float] = time.perf_counter,
+        stats: PassStats | None = None,
     ) -> None:
         self.lanes = lanes
         self.make_generator = make_generator
@@ -125,7 +126,7 @@ class Scheduler:
         self.parallel = min(parallel or len(lanes), len(lanes))
         self.prefill_chunk = prefill_chunk
         self.clock = clock
-        self.stats = PassStats()
+        self.stats = stats if stats is not None else PassStats()
 
     def run(self, jobs: Iterable[Job], cancelled: Callable[[], bool] = lambda: False) -> Iterator[tuple[Job, Event]]:
         """Every job's events, as they happen: Prefill, then Steps, then Finished (or one Failed). Jobs are taken

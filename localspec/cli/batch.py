@@ -1,0 +1,212 @@
+"""`localspec batch`: a JSONL file of prompts through the batch scheduler, results appended as each one finishes."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from localspec.cli import app, ctrl_c_as_request, user_errors
+from localspec.cli.options import generation_options
+from localspec.errors import UserError
+from localspec.settings import Settings
+
+if TYPE_CHECKING:
+    from localspec.batch.files import ResultWriter
+    from localspec.batch.request import Request
+    from localspec.batch.result import Result
+    from localspec.bench.replay import CostTable
+    from localspec.runtime import BatchRuntime
+
+
+def parse_parallel(value: str) -> int | None:
+    """``auto`` (None: as many lanes as pay on this device) or a count of at least 1."""
+    if value == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UserError(f"--parallel must be 'auto' or a number of at least 1, got {value!r}")
+    return n
+
+
+@app.command()
+@generation_options("batch", hide=("p_min",))
+def batch(
+    input_path: Annotated[Path, typer.Argument(metavar="IN.jsonl", help="Prompts, one JSON object a line.")],
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="OUT.jsonl",
+                                         help="Results, one JSON line per prompt; run again to resume.")],
+    parallel: Annotated[str, typer.Option("--parallel", help="Sequences decoded together: 'auto' (as many as pay "
+                                          "on this device's pass costs, at most 8) or a number.")] = "auto",
+    chat: Annotated[bool, typer.Option("--chat", help="Wrap plain prompts in the model's chat template "
+                                       "(`messages` lines always are).")] = False,
+    summary: Annotated[Path | None, typer.Option("--summary", metavar="FILE",
+                                                 help="Write the job's totals as JSON.")] = None,
+    replay_costs: Annotated[str | None, typer.Option("--replay-costs", metavar="TABLE",
+                                                     help="With --summary: also price the same job on a cost "
+                                                     "table (h100, spr-2t, epyc-avx2-2t, or a file).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    *,
+    options: Settings,
+) -> None:
+    """Generate from every prompt of IN.jsonl, many at a time, each one speculating.
+
+    A line is {"id": ..., "prompt": ...} or {"id": ..., "messages": [...]}, with its own settings where it wants them.
+
+    Line settings: max_tokens, temperature, top_p, seed, stop. They override the command's options.
+
+    OpenAI Batch API lines (custom_id, method, url, body) work too, and get OpenAI Batch output lines.
+
+    Each result is appended to OUT.jsonl as it finishes; the same command again skips the prompts already done.
+
+    A bad line becomes an error record and the job goes on. Exit code 0: all succeeded; 1: some failed; 2: bad usage.
+
+    Examples:
+
+      localspec batch prompts.jsonl -o results.jsonl
+
+      localspec batch requests.jsonl -o out.jsonl --parallel 4 --summary totals.json
+    """
+    from localspec.batch.files import ResultWriter, done_ids, read_requests
+
+    with user_errors():
+        lanes = parse_parallel(parallel)
+        table = None
+        if replay_costs is not None:
+            from localspec.bench.replay import load_cost_table
+
+            table = load_cost_table(replay_costs)
+            if not options.sampling.greedy:
+                raise UserError("--replay-costs replays greedy jobs only: drop --temperature")
+            if summary is None:
+                raise UserError("--replay-costs writes its figures into the summary: add --summary FILE")
+        requests, bad = read_requests(input_path)
+        done = done_ids(output)
+        todo = [r for r in requests if r.id not in done]
+        bad = [b for b in bad if b.id not in done]
+        if done:
+            _say(f"resuming {output}: {len(requests) - len(todo)} of {len(requests) + len(bad)} already done", False)
+            if not todo and not bad:
+                return
+        with ExitStack() as stack:
+            cancelled = stack.enter_context(ctrl_c_as_request())
+            from localspec.runtime import BatchRuntime
+
+            rt = stack.enter_context(BatchRuntime.open(options, lanes, jobs=max(1, len(todo)), cancelled=cancelled))
+            for notice in rt.notices:
+                _say(notice, quiet)
+            writer = stack.enter_context(ResultWriter(output, rt.model_name))
+            for line_error in bad:
+                writer.write_error(line_error)
+            totals = _run(rt, todo, writer, chat, cancelled, quiet)
+            failed = totals["failed"] + len(bad)
+            if summary is not None:  # while the model is open: a replay tokenizes the prompts again
+                doc = {**totals, "prompts": len(todo) + len(bad), "failed": failed, "ok": totals["ok"],
+                       "device": rt.device, "parallel": rt.parallel}
+                if table is not None:
+                    doc["replayed"] = _replay(rt, todo, totals["results"], table, chat)
+                doc.pop("results")
+                _write_summary(summary, doc)
+        if totals["interrupted"]:
+            _say(f"interrupted: {totals['ok'] + failed} of {len(todo) + len(bad)} done; run the same command again "
+                 "to resume", False)
+            raise typer.Exit(130)
+    if failed:
+        _say(f"{failed} of {len(todo) + len(bad)} prompts failed: their error records are in {output}", False)
+        raise typer.Exit(1)
+
+
+def _run(rt: BatchRuntime, requests: list[Request], writer: ResultWriter, chat: bool,
+         cancelled: Callable[[], bool], quiet: bool) -> dict[str, Any]:
+    """Run the requests, writing each result as it finishes; the job's totals."""
+    from localspec.batch.run import run_requests
+    from localspec.speculative.scheduler import PassStats
+
+    by_id = {r.id: r for r in requests}
+    stats = PassStats()
+    results: list[Result] = []
+    totals = {"ok": 0, "failed": 0, "generated_tokens": 0, "drafted": 0, "accepted": 0}
+    start = time.perf_counter()
+    with _progress(len(requests), quiet) as tick:
+        for result in run_requests(rt, requests, chat=chat, cancelled=cancelled, stats=stats):
+            if result.finish_reason == "interrupted":
+                continue  # not written: it runs again when the job is resumed
+            writer.write(result, by_id[result.id])
+            results.append(result)
+            totals["ok" if result.ok else "failed"] += 1
+            totals["generated_tokens"] += len(result.tokens)
+            totals["drafted"] += result.stats.drafted
+            totals["accepted"] += result.stats.accepted
+            seconds = time.perf_counter() - start
+            tick(totals["ok"] + totals["failed"], totals["generated_tokens"] / seconds if seconds else 0.0,
+                 totals["accepted"] / totals["drafted"] if totals["drafted"] else 0.0)
+    seconds = time.perf_counter() - start
+    return {**totals, "seconds": round(seconds, 3),
+            "tokens_per_second": round(totals["generated_tokens"] / seconds, 2) if seconds else 0.0,
+            "passes": stats.passes, "mean_rows_per_pass": round(stats.rows / stats.passes, 2) if stats.passes else 0.0,
+            "shared_prefix_tokens": stats.shared_prefix_tokens, "interrupted": cancelled(), "results": results}
+
+
+@contextmanager
+def _progress(total: int, quiet: bool) -> Iterator[Callable[[int, float, float], None]]:
+    """Prompts done of the total, tokens per second, acceptance and the time left, on stderr (rich, as pull)."""
+    if quiet:
+        yield lambda done, rate, acceptance: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("prompts"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=total, rate="")
+
+        def tick(done: int, rate: float, acceptance: float) -> None:
+            shown = f"{rate:.1f} tok/s" + (f", {acceptance:.0%} accepted" if acceptance else "")
+            bar.update(task, completed=done, rate=shown)
+
+        yield tick
+
+
+def _replay(rt: BatchRuntime, requests: list[Request], results: list[Result], table: CostTable,
+            chat: bool) -> dict[str, Any]:
+    """The same job priced on ``table``: its outputs drafted again by the same scheduler and policy."""
+    from localspec.batch.run import make_job
+    from localspec.bench.replay import Known, replay_batch
+
+    by_id = {r.id: (i, r) for i, r in enumerate(requests)}
+    known = []
+    for result in results:
+        if result.ok:
+            index, request = by_id[result.id]
+            known.append(Known(make_job(rt, request, index, chat).prompt, result.tokens,
+                               result.stats.stop_reason == "eog"))
+    if not known:
+        return {}
+    drafter = rt.settings.speculation.drafter
+    got = replay_batch(drafter, known, table, rt.parallel, k=rt.settings.speculation.k)
+    alone = replay_batch("none", known, table, 1)
+    return {"table": table.source or table.device, "device": table.device, "seconds": round(got.seconds, 4),
+            "tokens_per_second": round(got.tokens_per_second, 1), "passes": got.passes,
+            "mean_rows_per_pass": round(got.rows / got.passes, 2) if got.passes else 0.0,
+            "one_at_a_time_target_only_tokens_per_second": round(alone.tokens_per_second, 1)}
+
+
+def _write_summary(path: Path, doc: dict) -> None:
+    try:
+        path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot write the summary {path}: {e.strerror}") from None
+
+
+def _say(text: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"localspec: {text}", file=sys.stderr)
+
