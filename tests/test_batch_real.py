@@ -100,3 +100,17 @@ def test_a_lane_rolls_back_without_touching_its_neighbours(model_path: Path) -> 
         lanes[0].truncate(0)
         solo = lanes.decode([Part(1, [again[1][0]])])
         assert solo[0] and lanes[1].tokens[-1] == again[1][0] and len(lanes[0].tokens) == 0
+
+
+def test_the_python_api_gives_every_prompt_a_result_in_order(model_path: Path) -> None:
+    import localspec
+
+    prompts = [PROMPTS[0], {"id": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5},
+               "word " * 700]
+    results = list(localspec.generate_many(prompts, model=str(model_path), ctx=512, max_tokens=10, ordered=True,
+                                           parallel=2))
+    assert [r.id for r in results] == ["0", "chat", "2"]
+    assert len(results[0].tokens) == 10 and results[0].text and results[1].ok and len(results[1].tokens) <= 5
+    assert not results[2].ok and "raise --ctx" in (results[2].error or "")
+    one = localspec.generate(PROMPTS[0], model=str(model_path), ctx=512, max_tokens=10)
+    assert one.text == results[0].text or one.tokens[0] == results[0].tokens[0]
