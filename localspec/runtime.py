@@ -90,13 +90,7 @@ class Runtime(Prompts):
         runtime, speculation, sampling = settings.runtime, settings.speculation, settings.sampling
         stack = ExitStack()
         try:
-            name, path = resolve(settings.model)
-            notices: list[str] = []
-            if runtime.n_gpu_layers and not gpu_offload_supported():  # llama.cpp would silently use the CPU
-                notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
-            target = stack.enter_context(
-                Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
-            )
+            name, path, target, notices = _open_target(settings, stack, cancelled)
             # greedy: verify through llama.cpp's backend sampler (token ids, no logits copied) where it has one
             greedy_rows = speculation.k_max + 1 if sampling.greedy else 0
             # trees need a sequence per branch; the context is made for them even while the drafter needs none, so
@@ -206,13 +200,7 @@ class BatchRuntime(Prompts):
                             f"{speculation.drafter!r}: a draft model would need a context per sequence")
         stack = ExitStack()
         try:
-            name, path = resolve(settings.model)
-            notices: list[str] = []
-            if runtime.n_gpu_layers and not gpu_offload_supported():
-                notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
-            target = stack.enter_context(
-                Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
-            )
+            name, path, target, notices = _open_target(settings, stack, cancelled)
             n_max = speculation.k_max + 1
             # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
@@ -272,6 +260,21 @@ def auto_parallel(costs: PassCosts, limit: int) -> int:
     rate = {p: p / costs(p) for p in range(1, limit + 1)}
     best = max(rate.values())
     return min(p for p, r in rate.items() if r >= PARALLEL_AUTO_SHARE * best)
+
+
+def _open_target(
+    settings: Settings, stack: ExitStack, cancelled: Callable[[], bool] | None
+) -> tuple[str, Path, Model, list[str]]:
+    """The target model, loaded into ``stack``: its name, file, Model, and what the user should know about it."""
+    runtime = settings.runtime
+    name, path = resolve(settings.model)
+    notices: list[str] = []
+    if runtime.n_gpu_layers and not gpu_offload_supported():  # llama.cpp would silently use the CPU
+        notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
+    model = stack.enter_context(
+        Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
+    )
+    return name, path, model, notices
 
 
 def lookup_drafters(kind: str) -> list[Drafter] | None:
