@@ -51,7 +51,7 @@ def tg(ctx: Context, prompt: list[int], n: int, argmax: bool) -> float:
 
 def localspec_loop(ctx: Context, model: Model, prompt: list[int], n: int) -> float:
     ctx.clear()
-    gen = Generator(ctx, model.vocab, None, SamplingSettings())
+    gen = Generator(ctx, model.vocab, [], SamplingSettings())
     for event in gen.generate(prompt, GenerationSettings(max_tokens=n)):
         stats = getattr(event, "stats", None)
     assert stats is not None
