@@ -14,8 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from localspec.batch.request import Request
-from localspec.batch.run import run_requests
+from localspec.bench.parallel import as_batch
 from localspec.bench.replay import Known, load_cost_table, replay_batch, shipped_tables
 from localspec.bench.suite import load_suite
 from localspec.runtime import BatchRuntime, auto_parallel
@@ -28,13 +27,10 @@ OUT = Path("bench-out/batch-outputs.json")
 def outputs() -> list[Known]:
     if OUT.exists():
         return [Known(**k) for k in json.loads(OUT.read_text())]
-    suite = load_suite(None)
     settings = Settings(speculation=SpeculationSettings(drafter="none"), generation=GenerationSettings())
+    known: list[Known] = []
     with BatchRuntime.open(settings, 8) as rt:
-        prompts = {p.id: rt.prompt_tokens(p.prompt) for p in suite.prompts}
-        requests = [Request(p.id, prompt=p.prompt, max_tokens=p.max_tokens) for p in suite.prompts]
-        known = [Known(prompts[r.id], r.tokens, r.stats.stop_reason == "eog") for r in
-                 sorted(run_requests(rt, requests), key=lambda r: r.index)]
+        as_batch(rt, load_suite(None), known)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps([{"prompt": k.prompt, "output": k.output, "eog": k.eog} for k in known]))
     return known

@@ -121,3 +121,23 @@ def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> Non
     assert json.loads((out / "bench.json").read_text())["results"] == doc["results"]
     assert "| grounded | ngram |" in (out / "bench.md").read_text()
     assert matplotlib.image.imread(out / "bench.png").ndim == 3
+
+
+def test_bench_parallel_runs_the_suite_as_one_batch_beside_one_at_a_time(tmp_path: Path, model_path: Path) -> None:
+    suite = _suite(tmp_path, "\n".join(json.dumps({"id": f"p{i}", "category": "grounded", "max_tokens": 12,
+                                                   "prompt": f"Repeat: red, green, blue, {i}. Again: red,"})
+                                       for i in range(3)))
+    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none,ngram,ngram:k3",
+                                      "--parallel", "2", "--model", str(model_path), "--ctx", "256"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Live on this machine, --parallel 2" in out
+    for way in ("one at a time, none", "batch, none", "one at a time, ngram", "batch, ngram"):
+        assert out.count(f"| {way} |") == 4  # live, and on each of the 3 shipped tables
+    assert "Replayed on h100" in out and "ngram:k3" not in out  # a pinned variant has no batch form
+
+
+def test_bench_parallel_checks_its_value_before_loading_a_model(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, '{"id": "a", "category": "c", "prompt": "x"}\n')
+    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--parallel", "0"])
+    assert_one_line_error(result.exit_code, result.stderr, "--parallel must be 'auto' or a number")

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from localspec.bench.replay import CostTable
     from localspec.bench.report import Report
     from localspec.bench.runner import Bench, Job, Outcome
+    from localspec.bench.suite import Suite
 
 DEFAULT_DRAFTERS = "none,ngram,auto"  # plus `draft` when --draft is given; early-exit on request (it builds a file)
 
@@ -55,6 +56,10 @@ def bench(
         "epyc-avx2-2t, spr-2t; a cost-table JSON file; or a calibration cache file): the same outputs drafted "
         "again with the policy calibrated there, and the oracle lookup drafter as a ceiling. Marked as replayed.",
         rich_help_panel="Replay")] = None,
+    parallel: Annotated[str | None, typer.Option(
+        "--parallel", help="Run the suite as one batch of N sequences ('auto': as many as pay here) beside the same "
+        "prompts one at a time, for each of --drafters that drafts without a model (none, ngram, auto); live, "
+        "--repeat rounds, then replayed on every shipped cost table.")] = None,
     *,
     options: Settings,
     given: dict[str, Any],
@@ -106,6 +111,8 @@ def bench(
             table = load_cost_table(replay_costs)
         if out is not None:
             rep.check_writable(out)  # before minutes of benchmarking, not after
+        if parallel is not None:
+            return _bench_parallel(options, the_suite, names, parallel, repeat)
         runtime = options.runtime
         command = _command(
             suite=suite, drafters=drafters, repeat=repeat, max_tokens=max_tokens, replay_costs=replay_costs,
@@ -259,3 +266,20 @@ def _command(**given: object) -> str:
         elif value is not None and value is not False:
             parts += [flag, shlex.quote(str(value))]
     return " ".join(parts)
+
+
+def _bench_parallel(options: Settings, suite: Suite, names: list[str], parallel: str, repeat: int) -> None:
+    """The suite as one batch beside one at a time: live here, then replayed on every shipped table (stdout)."""
+    from localspec.bench import parallel as par
+    from localspec.cli.batch import parse_parallel
+    from localspec.runtime import lookup_drafters
+
+    lanes = parse_parallel(parallel)
+    drafters = [n for n in names if lookup_drafters(n) is not None]
+    if not drafters:
+        raise UserError("--parallel compares drafters that need no model: give --drafters none,ngram")
+    ways, used, known = par.live(options, suite, drafters, lanes, repeat, _note)
+    print(par.table(f"Live on this machine, --parallel {used}, {repeat} round(s), medians", ways))
+    if options.sampling.greedy and known:
+        for title, replayed in par.replayed(known, drafters, used):
+            print(par.table(f"Replayed on {title}", replayed))

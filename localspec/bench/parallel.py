@@ -1,0 +1,98 @@
+"""`localspec bench --parallel N`: the suite as one batch, beside the same prompts one at a time, live and replayed.
+
+Live, each way's tokens per second is the wall time of the whole job (model loads excluded), the ways alternating
+round by round. Replayed, the batch's greedy outputs are drafted again through the same scheduler and priced on
+every shipped cost table (bench/replay.py ``replay_batch``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from localspec.batch.request import Request
+from localspec.batch.run import make_job, run_requests
+from localspec.bench.replay import Known, load_cost_table, replay_batch, shipped_tables
+from localspec.bench.suite import Suite
+from localspec.events import Finished
+from localspec.runtime import BatchRuntime, Runtime
+from localspec.settings import GenerationSettings, Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Way:
+    """One way of running the suite: its drafter, alone or batched, and its median tokens per second."""
+
+    drafter: str
+    batch: bool
+    tokens_per_second: float
+
+    @property
+    def name(self) -> str:
+        return f"{'batch' if self.batch else 'one at a time'}, {self.drafter}"
+
+
+def one_at_a_time(rt: Runtime, suite: Suite) -> float:
+    tokens, start = 0, time.perf_counter()
+    for p in suite.prompts:
+        rt.generator.policy.reset()
+        for e in rt.generator.generate(rt.prompt_tokens(p.prompt), GenerationSettings(max_tokens=p.max_tokens)):
+            if isinstance(e, Finished):
+                tokens += e.stats.generated_tokens
+    return tokens / (time.perf_counter() - start)
+
+
+def as_batch(rt: BatchRuntime, suite: Suite, known: list[Known] | None = None) -> float:
+    """The suite as one job; ``known`` collects its outputs (for a replay)."""
+    requests = [Request(p.id, prompt=p.prompt, max_tokens=p.max_tokens) for p in suite.prompts]
+    start = time.perf_counter()
+    results = sorted(run_requests(rt, requests), key=lambda r: r.index)
+    rate = sum(len(r.tokens) for r in results) / (time.perf_counter() - start)
+    if known is not None:
+        known[:] = [Known(make_job(rt, requests[r.index], r.index, False).prompt, r.tokens,
+                          r.stats.stop_reason == "eog") for r in results if r.ok]
+    return rate
+
+
+def live(settings: Settings, suite: Suite, drafters: list[str], parallel: int | None, rounds: int,
+         say: Callable[[str], None]) -> tuple[list[Way], int, list[Known]]:
+    """Every drafter one at a time and as a batch, ``rounds`` times alternating; the lanes used; the outputs."""
+    opened: dict[tuple[str, bool], Runtime | BatchRuntime] = {}
+    known: list[Known] = []
+    try:
+        for drafter in drafters:
+            s = replace(settings, speculation=replace(settings.speculation, drafter=drafter))
+            opened[(drafter, False)] = Runtime.open(s)
+            opened[(drafter, True)] = BatchRuntime.open(s, parallel, jobs=len(suite.prompts))
+        rates: dict[tuple[str, bool], list[float]] = {key: [] for key in opened}
+        for r in range(rounds):
+            for key in list(opened) if r % 2 == 0 else list(reversed(opened)):
+                rt = opened[key]
+                rate = as_batch(rt, suite, known) if isinstance(rt, BatchRuntime) else one_at_a_time(rt, suite)
+                rates[key].append(rate)
+                say(f"round {r + 1}: {'batch' if key[1] else 'one at a time'}, {key[0]}: {rate:.1f} tok/s")
+        lanes = next(rt.parallel for rt in opened.values() if isinstance(rt, BatchRuntime))
+    finally:
+        for rt in opened.values():
+            rt.close()
+    return [Way(d, b, statistics.median(v)) for (d, b), v in rates.items()], lanes, known
+
+
+def replayed(known: list[Known], drafters: list[str], parallel: int) -> list[tuple[str, list[Way]]]:
+    """The same outputs on every shipped table: each drafter one at a time and batched."""
+    out = []
+    for name in sorted(shipped_tables()):
+        table = load_cost_table(name)
+        ways = [Way(d, b, replay_batch(d, known, table, parallel if b else 1).tokens_per_second)
+                for d in drafters for b in (False, True)]
+        out.append((f"{name} ({table.device})", ways))
+    return out
+
+
+def table(title: str, ways: list[Way]) -> str:
+    """A Markdown table: each way's tok/s and its speedup over one at a time, target-only (or the first way)."""
+    base = next((w for w in ways if w.drafter == "none" and not w.batch), ways[0]).tokens_per_second
+    rows = [f"| {w.name} | {w.tokens_per_second:.1f} | {w.tokens_per_second / base:.2f}x |" for w in ways]
+    return "\n".join([f"### {title}", "", "| way | tok/s | × one at a time, none |", "|---|---|---|", *rows, ""])
