@@ -15,7 +15,6 @@ from typing import Any
 
 from localspec.batch.request import Request
 from localspec.batch.result import Result
-from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.runtime import BatchRuntime
 from localspec.settings import (
@@ -88,17 +87,13 @@ def generate(prompt: str | Request | Mapping[str, Any], **options: Any) -> Resul
 
 
 def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request:
+    """A prompt as a Request: a string is its own prompt, a mapping is read as a `localspec batch` line."""
+    from localspec.batch.files import parse_mapping
+
     if isinstance(prompt, Request):
         return prompt
     if isinstance(prompt, str):
         return Request(str(index), prompt=prompt)
     if not isinstance(prompt, Mapping):
         raise UserError(f"prompt {index} is a {type(prompt).__name__}: pass a string, a Request or a mapping")
-    messages = prompt.get("messages")
-    stop = prompt.get("stop")
-    return Request(
-        str(prompt.get("id", index)), prompt=prompt.get("prompt"),
-        messages=None if messages is None else tuple(Message(m["role"], m["content"]) for m in messages),
-        max_tokens=prompt.get("max_tokens"), temperature=prompt.get("temperature"), top_p=prompt.get("top_p"),
-        seed=prompt.get("seed"), stop=(stop,) if isinstance(stop, str) else None if stop is None else tuple(stop),
-    )
+    return parse_mapping(prompt, str(prompt.get("id", index)), index + 1)

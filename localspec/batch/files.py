@@ -86,6 +86,15 @@ def parse_line(line: str, n: int) -> Request | LineError:
         return LineError(name, n, f"line {n}: {e}", style)
 
 
+def parse_mapping(data: Mapping[str, Any], name: str, n: int) -> Request:
+    """A plain request given as a mapping (``generate_many``'s dicts): UserError where a line would get an error
+    record."""
+    try:
+        return _request(data, name, n, "plain")
+    except (ValueError, TypeError, KeyError) as e:
+        raise UserError(f"prompt {name!r}: {e}") from None
+
+
 def _openai(data: Mapping[str, Any], name: str, n: int) -> Request:
     if not isinstance(data.get("custom_id"), str) or not data["custom_id"]:
         raise ValueError("an OpenAI Batch line needs a custom_id string")

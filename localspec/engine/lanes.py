@@ -18,9 +18,9 @@ import numpy as np
 
 from localspec.engine.context import Context
 from localspec.engine.model import Model
+from localspec.speculative.loop import Outputs
 from localspec.speculative.scheduler import Job, Part
 
-Outputs = list[int] | np.ndarray  # a part's token ids (greedy), or its logits rows
 
 class Lane:
     """One sequence of a shared context, behind the loop's ``Target`` protocol (chains only: a lane has one seq id)."""
