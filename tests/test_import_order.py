@@ -53,7 +53,9 @@ else:
 
 
 def _probe(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout, even where .venv's editable install is another
+    # this checkout first, even where .venv's editable install is another; a PYTHONPATH already set still holds
+    # llama_cpp where it is not installed (the GPU recipe's separate CUDA build)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, env=env)
 
