@@ -27,6 +27,7 @@ from localspec.speculative.calibrate import Calibration, load_or_measure
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.scheduler import Job
 
 NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
 NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device or driver): running on the CPU"
@@ -226,12 +227,13 @@ class BatchRuntime(Prompts):
             stack.close()
             raise
 
-    def make_generator(self, lane: Target, sampling: SamplingSettings) -> Generator:
-        """A sequence's own loop: fresh drafters and acceptance statistics, the shared pass costs."""
-        speculation = self.settings.speculation
+    def make_generator(self, lane: Target, job: Job) -> Generator:
+        """A sequence's own loop: fresh drafters and acceptance statistics (its job's drafter and k, else the
+        runtime's), the shared pass costs."""
+        speculation = job.speculation or self.settings.speculation
         drafters = lookup_drafters(speculation.drafter) or []
-        policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, costs=self.costs)
-        return Generator(lane, self.model.vocab, drafters, sampling, policy)
+        policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs)
+        return Generator(lane, self.model.vocab, drafters, job.sampling, policy)
 
     def close(self) -> None:
         try:

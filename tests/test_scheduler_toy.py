@@ -48,7 +48,8 @@ def batch(jobs: list[Job], parallel: int, kinds: list[str], k: int | None = None
     kind_of = {id(job): kind for job, kind in zip(jobs, itertools.cycle(kinds))}
     made: list[Job] = []
 
-    def make(target: Target, sampling: SamplingSettings) -> Generator:
+    def make(target: Target, job: Job) -> Generator:
+        sampling = job.sampling
         kind = kind_of[id(jobs[len(made)])]
         made.append(jobs[len(made)])
         return Generator(target, TARGET, drafters_of(kind, sampling), sampling,  # type: ignore[arg-type]
@@ -105,7 +106,8 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_others_decode() -> None:
     lanes = ToyLanes(TARGET, 2)
     costs = PassCosts(dict(CURVE))
 
-    def make(target: Target, sampling: SamplingSettings) -> Generator:
+    def make(target: Target, job: Job) -> Generator:
+        sampling = job.sampling
         return Generator(target, TARGET, [], sampling, DraftPolicy(k_max=8, costs=costs))  # type: ignore[arg-type]
 
     sizes: list[int] = []
@@ -147,7 +149,8 @@ def test_cancelling_finishes_every_running_job_as_interrupted_and_starts_no_more
     lanes = ToyLanes(TARGET, 2)
     costs = PassCosts(dict(CURVE))
 
-    def make(target: Target, sampling: SamplingSettings) -> Generator:
+    def make(target: Target, job: Job) -> Generator:
+        sampling = job.sampling
         return Generator(target, TARGET, [NgramDrafter()], sampling, DraftPolicy(k_max=8, costs=costs))  # type: ignore[arg-type]
 
     def cancelled() -> bool:
@@ -167,7 +170,8 @@ def test_the_policy_drafts_less_when_more_sequences_share_a_pass() -> None:
         lanes = ToyLanes(TARGET, parallel, max_rows=128)
         costs = PassCosts(dict(curve))
 
-        def make(target: Target, sampling: SamplingSettings, costs: PassCosts = costs) -> Generator:
+        def make(target: Target, job: Job, costs: PassCosts = costs) -> Generator:
+            sampling = job.sampling
             return Generator(target, TARGET, [NgramDrafter()], sampling,  # type: ignore[arg-type]
                              DraftPolicy(k_max=8, costs=costs))
 
@@ -176,3 +180,72 @@ def test_the_policy_drafts_less_when_more_sequences_share_a_pass() -> None:
         steps = [e for _, e in events if isinstance(e, Step)]
         drafted[parallel] = sum(e.k for e in steps) / len(steps)
     assert drafted[8] < drafted[1] / 2
+
+
+def _plain(costs: PassCosts):  # noqa: ANN202 — a make_generator without drafts
+    def make(target: Target, job: Job) -> Generator:
+        return Generator(target, TARGET, [], job.sampling, DraftPolicy(k_max=8, costs=costs))  # type: ignore[arg-type]
+
+    return make
+
+
+def test_a_queue_that_has_no_job_yet_keeps_the_scheduler_waiting_not_ending() -> None:
+    # a server's queue: None means "nothing yet"; with nothing running the scheduler calls idle() to wait
+    first, second = (Job(p, GenerationSettings(max_tokens=6)) for p in PROMPTS[:2])
+    done: list[Job] = []
+    idles: list[int] = []
+    lanes = ToyLanes(TARGET, 2)
+    costs = PassCosts(dict(CURVE))
+
+    def queue():  # noqa: ANN202
+        yield first
+        while not done:
+            yield None
+        yield None  # nothing for a while after the first job ended: the scheduler waits in idle()
+        yield None
+        yield second
+
+    events = []
+    for job, event in Scheduler(lanes, _plain(costs), costs).run(queue(), idle=lambda: idles.append(lanes.passes)):
+        events.append((job, event))
+        if isinstance(event, Finished):
+            done.append(job)
+    assert done == [first, second]
+    assert len(idles) == 2
+    got = [t.id for j, e in events if j is second and isinstance(e, Step) for t in e.emitted]
+    assert got == alone(PROMPTS[1], "none", GenerationSettings(max_tokens=6), SamplingSettings())
+
+
+def test_a_job_nobody_wants_any_more_stops_before_the_next_pass_and_frees_its_lane() -> None:
+    gone = {"flag": False}
+    lanes = ToyLanes(TARGET, 1)
+    costs = PassCosts(dict(CURVE))
+    first = Job(PROMPTS[0], GenerationSettings(max_tokens=200), stop=lambda: gone["flag"])
+    second = Job(PROMPTS[1], GenerationSettings(max_tokens=5))
+    seen = []
+    for job, event in Scheduler(lanes, _plain(costs), costs).run([first, second]):
+        seen.append((job, event))
+        if job is first and isinstance(event, Step) and sum(isinstance(e, Step) for j, e in seen if j is first) == 3:
+            gone["flag"] = True
+    ends = [(j, e.reason) for j, e in seen if isinstance(e, Finished)]
+    assert ends == [(first, "interrupted"), (second, "length")]
+    assert sum(isinstance(e, Step) for j, e in seen if j is first) == 3
+
+
+def test_a_conversation_that_comes_back_takes_the_lane_that_kept_it_and_reuses_its_cache() -> None:
+    lanes = ToyLanes(TARGET, 2)
+    costs = PassCosts(dict(CURVE))
+    turn1 = [(i * 3) % 40 + 1 for i in range(60)]
+    other = [(i * 11) % 40 + 1 for i in range(60)]
+    first = [Job(turn1, GenerationSettings(max_tokens=5)), Job(other, GenerationSettings(max_tokens=30))]
+    events = list(Scheduler(lanes, _plain(costs), costs).run(first))
+    answer = [t.id for j, e in events if j is first[0] and isinstance(e, Step) for t in e.emitted]
+    # the next turn resends the conversation with the answer and a new message
+    turn2 = turn1 + answer + [7, 8, 9]
+    second = Job(turn2, GenerationSettings(max_tokens=5))
+    events = list(Scheduler(lanes, _plain(costs), costs).run([second]))
+    prefill = next(e for _, e in events if isinstance(e, Prefill))
+    assert prefill.prompt_tokens == len(turn2)
+    assert prefill.new_tokens <= 4  # only the new message (and the answer's last token) was computed
+    got = [t.id for _, e in events if isinstance(e, Step) for t in e.emitted]
+    assert got == alone(turn2, "none", GenerationSettings(max_tokens=5), SamplingSettings())

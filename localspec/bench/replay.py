@@ -274,7 +274,8 @@ def replay_batch(
     costs = PassCosts(table.calibration(k_max + 1))
     lanes = _KnownLanes(table, clock, known, parallel, parallel * (k_max + 1))
 
-    def make(target: Target, sampling: SamplingSettings) -> Generator:
+    def make(target: Target, job: Job) -> Generator:
+        sampling = job.sampling
         return Generator(target, _NoText(), lookup_drafters(drafter) or [], sampling,
                          DraftPolicy(k_max=k_max, fixed=k, costs=costs), clock)
 

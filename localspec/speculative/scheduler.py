@@ -25,7 +25,7 @@ from typing import Protocol
 
 from localspec.engine.context import common_prefix
 from localspec.events import Event, Prefill, Stats
-from localspec.settings import GenerationSettings, SamplingSettings
+from localspec.settings import GenerationSettings, SamplingSettings, SpeculationSettings
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Outputs, Plan, Run, Target
 from localspec.speculative.text import TextStream
@@ -35,6 +35,9 @@ from localspec.speculative.text import TextStream
 # (2.8x from 128), in a pass that costs 12 single ones; 64 tokens would double what each running sequence waits for
 # 4% more prefill speed. On the H100 table a pass of 24 rows costs 4.5 single passes, so 32 holds them up less there.
 PREFILL_CHUNK = 32
+
+
+_SPENT = object()  # what next() gives once a job iterator is exhausted (None means "no job yet")
 
 
 class SharedContext(Protocol):
@@ -63,12 +66,16 @@ class Part:
 
 @dataclass(slots=True)
 class Job:
-    """One prompt to generate from, with its own limits and sampling; ``key``: the caller's (e.g. a request id)."""
+    """One prompt to generate from, with its own limits and sampling; ``key``: the caller's (e.g. a request id).
+    ``speculation``: its own drafter and draft length, else the runtime's. ``stop``: true once nobody wants the rest
+    (a client that went away); the job then finishes "interrupted" before the next pass and frees its lane."""
 
     prompt: list[int]
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     key: object = None
+    speculation: SpeculationSettings | None = None
+    stop: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,7 @@ class _Flight:
     run: Run
     decoding: bool = False
     plan: Plan | None = None
+    reused: int = 0  # prompt tokens found in the cache (the lane's own, or copied from another lane), not computed
     draft_seconds: float = 0.0
     last: tuple[int, float] = (1, 1.0)  # rows of its last plan, and the tokens they were expected to emit
 
@@ -107,13 +115,13 @@ class PassStats:
 
 
 class Scheduler:
-    """Runs jobs on ``lanes``, ``parallel`` at a time; ``make_generator(lane, sampling)`` builds a sequence's loop
-    (its drafters, and a policy on the shared ``costs``)."""
+    """Runs jobs on ``lanes``, ``parallel`` at a time; ``make_generator(lane, job)`` builds a sequence's loop (its
+    drafters, and a policy on the shared ``costs``)."""
 
     def __init__(
         self,
         lanes: SharedContext,
-        make_generator: Callable[[Target, SamplingSettings], Generator],
+        make_generator: Callable[[Target, Job], Generator],
         costs: PassCosts,
         *,
         parallel: int | None = None,
@@ -129,45 +137,65 @@ class Scheduler:
         self.clock = clock
         self.stats = stats if stats is not None else PassStats()
 
-    def run(self, jobs: Iterable[Job], cancelled: Callable[[], bool] = lambda: False) -> Iterator[tuple[Job, Event]]:
+    def run(
+        self, jobs: Iterable[Job | None], cancelled: Callable[[], bool] = lambda: False,
+        idle: Callable[[], None] | None = None,
+    ) -> Iterator[tuple[Job, Event]]:
         """Every job's events, as they happen: Prefill, then Steps, then Finished (or one Failed). Jobs are taken
-        from ``jobs`` as lanes free up. When ``cancelled`` turns true, every running job finishes "interrupted" and
-        the jobs not started are left in the iterator."""
+        from ``jobs`` as lanes free up; a None from it means "none yet" (a server's queue), and with nothing running
+        the scheduler then calls ``idle`` (which should block until a job may have come). When ``cancelled`` turns
+        true, every running job finishes "interrupted" and the jobs not started are left in the iterator."""
         pending = iter(jobs)
         flights: list[_Flight | None] = [None] * self.parallel
         more = True
         while True:
             if more and not cancelled():
                 more = yield from self._admit(flights, pending)
-            if not any(flights):
-                return
             if cancelled():
                 for f in flights:
                     if f is not None:
                         f.run.reason = "interrupted"
                         yield f.job, f.generator.end(f.run)
                 return
+            for i, f in enumerate(flights):
+                if f is not None and f.job.stop is not None and f.job.stop():
+                    f.run.reason = "interrupted"
+                    yield f.job, f.generator.end(f.run)
+                    flights[i] = None
+            if not any(flights):
+                if not more:
+                    return
+                if idle is not None:
+                    idle()
+                continue
             yield from self._pass(flights)
             for i, f in enumerate(flights):
                 if f is not None and f.run.reason:
                     yield f.job, f.generator.end(f.run)
                     flights[i] = None
 
-    def _admit(self, flights: list[_Flight | None], pending: Iterator[Job]) -> Iterator[tuple[Job, Event]]:
+    def _admit(self, flights: list[_Flight | None], pending: Iterator[Job | None]) -> Iterator[tuple[Job, Event]]:
         """Fill free lanes with the next jobs; False once ``pending`` is spent."""
-        for i, f in enumerate(flights):
-            if f is not None:
-                continue
-            while True:
-                job = next(pending, None)
-                if job is None:
-                    return False
-                problem = self._problem(job)
-                if problem is None:
-                    break
+        while None in flights:
+            job = next(pending, _SPENT)
+            if job is _SPENT:
+                return False
+            if job is None:
+                return True
+            assert isinstance(job, Job)
+            problem = self._problem(job)
+            if problem is not None:
                 yield job, Failed(problem)
-            flights[i] = self._start(job, i)
+                continue
+            lane = self._lane_for(job, flights)
+            flights[lane] = self._start(job, lane)
         return True
+
+    def _lane_for(self, job: Job, flights: list[_Flight | None]) -> int:
+        """The free lane that already holds the longest start of ``job``'s prompt (a conversation's last turn, kept
+        in the cache after it finished), else the first free one."""
+        free = [i for i, f in enumerate(flights) if f is None]
+        return max(free, key=lambda i: (common_prefix(self.lanes[i].tokens, job.prompt[:-1]), -i))
 
     def _problem(self, job: Job) -> str | None:
         n, room = len(job.prompt), self.lanes.n_ctx
@@ -180,20 +208,21 @@ class Scheduler:
     def _start(self, job: Job, lane: int) -> _Flight:
         self.lanes.begin(lane, job)
         target = self.lanes[lane]
-        generator = self.make_generator(target, job.sampling)
+        generator = self.make_generator(target, job)
         run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
                   TextStream(generator.vocab, job.settings.stop))
         run.started = self.clock()
         # what the lane still holds from its last job is reused where the prompts agree
-        target.truncate(common_prefix(target.tokens, job.prompt[:-1]))
-        return _Flight(job, lane, generator, run)
+        kept = common_prefix(target.tokens, job.prompt[:-1])
+        target.truncate(kept)
+        return _Flight(job, lane, generator, run, reused=kept)
 
     def _pass(self, flights: list[_Flight | None]) -> Iterator[tuple[Job, Event]]:
         """One pass: every decoding sequence's plan, prompt chunks in what room is left; then settle each."""
         live = [f for f in flights if f is not None]
         for f in live:
             if not f.decoding:
-                self._share_prefix(f, live)
+                self._share_prefix(f)
                 yield from self._prefilled(f)  # a prompt another lane held, or the lane's last job, is cached whole
         decoding = [f for f in live if f.decoding]
         parts: list[Part] = []
@@ -261,18 +290,21 @@ class Scheduler:
                 budget -= take
         return out
 
-    def _share_prefix(self, f: _Flight, live: list[_Flight]) -> None:
+    def _share_prefix(self, f: _Flight) -> None:
+        """Copy the longest start of ``f``'s prompt that another lane holds, running or idle (what a finished
+        conversation left), if it is more than ``f``'s own lane holds."""
         lane = self.lanes[f.lane]
         target = f.cached_target
         best, source = len(lane.tokens), -1
-        for g in live:
-            if g is not f:
-                n = common_prefix(self.lanes[g.lane].tokens, target)
+        for other in range(self.parallel):
+            if other != f.lane:
+                n = common_prefix(self.lanes[other].tokens, target)
                 if n > best:
-                    best, source = n, g.lane
+                    best, source = n, other
         if source >= 0:
+            self.stats.shared_prefix_tokens += best - len(lane.tokens)
+            f.reused = best
             self.lanes.share(source, f.lane, best)
-            self.stats.shared_prefix_tokens += best
 
     def _prefilled(self, f: _Flight) -> Iterator[tuple[Job, Event]]:
         """Once its prompt is cached, a flight starts decoding (its last prompt token goes into its first pass)."""
@@ -283,5 +315,5 @@ class Scheduler:
         f.decoding = True
         f.run.stats.prefill_seconds = self.clock() - f.run.started
         f.generator.begin(f.run)
-        yield f.job, Prefill(len(f.run.history), len(target), f.run.stats.prefill_seconds)
+        yield f.job, Prefill(len(f.run.history), len(f.run.history) - f.reused, f.run.stats.prefill_seconds)
 
