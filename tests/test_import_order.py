@@ -68,6 +68,7 @@ def _assert_order(proc: subprocess.CompletedProcess[str]) -> None:
 LIBRARY_MODULES = [
     "localspec.engine.model", "localspec.tui.app", "localspec.bench.runner", "localspec.speculative.loop",
     "localspec.sampling", "localspec.speculative.policy", "localspec.runtime", "localspec.bench.report",
+    "localspec.serve.app", "localspec.serve.service",
 ]  # fmt: skip
 
 

@@ -22,8 +22,9 @@ from localspec.settings import (
 )
 
 _ALL = ("run", "chat", "bench")
-_GENERATE = ("run", "chat", "batch")  # bench decodes greedily, with its own drafter list and token budgets
-_DEVICE = (*_ALL, "calibrate", "batch")  # what sets the model and the device a pass runs on: calibrate measures that
+_GENERATE = ("run", "chat", "batch", "serve")  # bench decodes greedily, with its own drafter list and token budgets
+# what sets the model and the device a pass runs on: calibrate measures that
+_DEVICE = (*_ALL, "calibrate", "batch", "serve")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("draft", ("--draft",), str | None, None, "Draft model (name or path) for --drafter draft/auto; must share "
         "the target's tokenizer.", "Speculation", "speculation.draft_model"),
     Opt("k", ("--k",), int | None, None, "Fixed draft length. Default: adaptive, chosen each step from measured "
-        "acceptance and costs (0 = plain decoding).", "Speculation", "speculation.k", (*_ALL, "batch")),
+        "acceptance and costs (0 = plain decoding).", "Speculation", "speculation.k", (*_ALL, "batch", "serve")),
     Opt("branches", ("--branches",), int, BRANCHES_DEFAULT, "Most candidate continuations n-gram lookup may verify "
         "together in one pass, as a token tree (the policy picks how many pay on this device). Default 1: one "
         "chain; trees did not pay in our measurements yet (docs/performance.md).", "Speculation",

@@ -1,0 +1,161 @@
+"""`localspec serve`: the OpenAI API on the batch scheduler, bound to loopback unless told otherwise."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from localspec.cli import app, user_errors
+from localspec.cli.batch import parse_parallel
+from localspec.cli.options import generation_options
+from localspec.errors import UserError
+from localspec.settings import Settings
+
+API_KEY_ENV = "LOCALSPEC_API_KEY"
+LOOPBACK_NAMES = {"localhost"}
+
+
+@app.command()
+@generation_options("serve", hide=("p_min",))
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on. Anything but loopback needs --api-key "
+                                      "(or --insecure).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free one; the address is "
+                                      "printed).")] = 8000,
+    api_key: Annotated[str | None, typer.Option("--api-key", metavar="KEY", help=f"Require 'Authorization: "
+                                                f"Bearer KEY' on /v1 and /metrics. Default: ${API_KEY_ENV}.",
+                                                show_default=False)] = None,
+    parallel: Annotated[str, typer.Option("--parallel", help="Requests decoded together: 'auto' (as many as pay "
+                                          "on this device's pass costs, at most 8) or a number.")] = "auto",
+    queue_timeout: Annotated[float, typer.Option("--queue-timeout", metavar="SECONDS", help="How long a request "
+                                                 "may wait for a free sequence before it gets 503.")] = 60.0,
+    max_body: Annotated[int, typer.Option("--max-body", metavar="BYTES", help="Largest request body (413 past "
+                                          "it).")] = 4 * 1024 * 1024,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Allow a non-loopback --host without an API key: "
+                                           "anyone who reaches the port can use the model.")] = False,
+    *,
+    options: Settings,
+    given: dict[str, Any],
+) -> None:
+    """Serve the OpenAI API (chat and text completions, streaming or not) with speculative decoding.
+
+    Every request is a sequence in one shared target pass, each one drafting with n-gram lookup.
+
+    A conversation that comes back (agents resend it every turn) reuses the cache of its earlier turns.
+
+    The model, drafter and sampling options are the defaults a request's own fields override.
+
+    Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics.
+
+    Examples:
+
+      localspec serve
+
+      localspec serve --port 8080 --parallel 4
+
+      LOCALSPEC_API_KEY=secret localspec serve --host 0.0.0.0
+
+      curl http://127.0.0.1:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+    """
+    with user_errors():
+        deps = _serve_extra()
+        key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+        check_binding(host, key, insecure)
+        lanes = parse_parallel(parallel)
+        if queue_timeout <= 0:
+            raise UserError(f"--queue-timeout must be more than 0 seconds, got {queue_timeout:g}")
+        if max_body < 1024:
+            raise UserError(f"--max-body must be at least 1024 bytes, got {max_body}")
+        sock = bind(host, port)  # before the model loads: a port in use is said at once
+        _run(sock, options, lanes, key, queue_timeout, max_body, given.get("profile"), deps)
+
+
+def _serve_extra() -> Any:
+    try:
+        import uvicorn
+
+        import localspec.serve.app  # noqa: F401  (Starlette, pydantic)
+    except ImportError as e:
+        raise UserError(f"localspec serve needs the 'serve' extra ({e.name} is missing): "
+                        "pip install 'localspec[serve]'") from None
+    return uvicorn
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(host: str, key: str | None, insecure: bool) -> None:
+    """Only loopback without a key: another address would hand the model to whoever reaches the port."""
+    if is_loopback(host) or key:
+        return
+    if not insecure:
+        raise UserError(f"--host {host} would let anyone who reaches this machine use the model: set --api-key KEY "
+                        f"(or ${API_KEY_ENV}), or pass --insecure if that is what you want")
+    _say(f"warning: serving on {host} without an API key (--insecure): anyone who reaches the port can use it")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535, got {port}")
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(infos[0][4])
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}; pick another --port or --host") from None
+    return sock
+
+
+def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | None, queue_timeout: float,
+         max_body: int, profile: str | None, uvicorn: Any) -> None:
+    from localspec.runtime import BatchRuntime
+    from localspec.serve.app import Limits, create_app
+    from localspec.serve.service import Service
+    from localspec.worker import Worker
+
+    worker = Worker("localspec-serve")
+    try:
+        # opened on the worker: llama.cpp's context is decoded from the thread that made it
+        rt = worker.call(lambda: BatchRuntime.open(options, lanes, say=_say))
+    except BaseException:
+        worker.shutdown()
+        sock.close()
+        raise
+    for notice in rt.notices:
+        _say(notice)
+    service = Service(rt, worker)
+    names = tuple(dict.fromkeys(n for n in (rt.model_name, profile, "default") if n))
+    application = create_app(service, Limits(key, max_body, queue_timeout), names)
+    config = uvicorn.Config(application, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    sock.listen(2048)  # now, not in uvicorn's startup: a client that read the address below is queued, not refused
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    speculation = options.speculation
+    _say(f"serving {rt.model_name} at http://{shown}:{port}/v1 · {rt.parallel} sequences at a time · drafter "
+         f"{speculation.drafter}{'' if speculation.k is None else f' k={speculation.k}'} · {rt.device}"
+         f"{' · API key required' if key else ''}; Ctrl-C stops")
+    service.start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        service.close()
+        sock.close()
+    _say("stopped")
+
+
+def _say(text: str) -> None:
+    print(f"localspec: {text}", file=sys.stderr, flush=True)

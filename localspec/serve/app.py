@@ -1,0 +1,300 @@
+"""The HTTP face: OpenAI's routes on a Starlette app, over the Service's queue and scheduler.
+
+Safe by default: every /v1 route and /metrics need the key when one is set (compared in constant time); a body
+over ``max_body`` is a 413 before it is read whole; malformed JSON, wrong types and prompts longer than a sequence
+are 400s in OpenAI's error shape; a request that waits longer than ``queue_timeout`` for a sequence is a 503 with
+Retry-After; anything unexpected is a 500 with one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from localspec.batch.request import Request as Generation
+from localspec.batch.run import make_job
+from localspec.engine.chat import Message
+from localspec.errors import UserError
+from localspec.events import Finished, Prefill, Step
+from localspec.serve.protocol import ApiError, ChatCompletionRequest, ChatMessage, CompletionRequest, parse
+from localspec.serve.responses import Answer, timings
+from localspec.serve.service import Service, Ticket
+from localspec.speculative.scheduler import Failed
+
+log = logging.getLogger("localspec.serve")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Limits:
+    api_key: str | None = None
+    max_body: int = 4 * 1024 * 1024  # bytes: a whole context of text is far less
+    queue_timeout: float = 60.0  # seconds a request may wait for a free sequence
+
+
+def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Starlette:
+    """``names``: what a request's ``model`` may say (the model, its profile, "default")."""
+    rt = service.rt
+    model_name = names[0]
+
+    def authorize(request: Request) -> None:
+        if limits.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        expected = f"Bearer {limits.api_key}"
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise ApiError(401, "a valid API key is needed: send the header 'Authorization: Bearer KEY'",
+                           type="authentication_error", code="invalid_api_key")
+
+    async def read_json(request: Request) -> object:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limits.max_body:
+            raise ApiError(413, f"the request body is over {limits.max_body} bytes", code="request_too_large")
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > limits.max_body:
+                raise ApiError(413, f"the request body is over {limits.max_body} bytes", code="request_too_large")
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+
+    def check_model(name: str | None) -> None:
+        if name is not None and name not in names:
+            raise ApiError(404, f"the model {name!r} is not served here: use {model_name!r} (GET /v1/models)",
+                           param="model", code="model_not_found")
+
+    def job_of(body: ChatCompletionRequest | CompletionRequest, answer: Answer) -> Any:
+        max_tokens = body.max_tokens
+        if isinstance(body, ChatCompletionRequest):
+            if not body.messages:
+                raise ApiError(400, "messages: at least one message is needed", param="messages")
+            max_tokens = body.max_completion_tokens or max_tokens
+            generation = Generation(answer.id, messages=tuple(_message(m, i) for i, m in enumerate(body.messages)))
+        else:
+            prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+            generation = Generation(answer.id, prompt=prompt)
+        stop = [body.stop] if isinstance(body.stop, str) else body.stop
+        generation = replace(generation, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
+                             seed=body.seed, stop=tuple(stop) if stop is not None else None)
+        try:
+            job = make_job(rt, generation, 0, chat=False)
+        except UserError as e:
+            raise ApiError(400, str(e)) from None
+        if len(job.prompt) >= rt.lanes.n_ctx:
+            raise ApiError(400, f"the prompt is {len(job.prompt)} tokens but a sequence holds {rt.lanes.n_ctx} "
+                                "(the server's --ctx)", param="messages" if answer.chat else "prompt",
+                           code="context_length_exceeded")
+        if body.speculation is not None:
+            speculation = rt.settings.speculation
+            if body.speculation.drafter is not None:
+                speculation = replace(speculation, drafter=body.speculation.drafter)
+            if body.speculation.k is not None:
+                speculation = replace(speculation, k=body.speculation.k)
+            job.speculation = speculation
+        return job
+
+    async def queued(request: Request, ticket: Ticket) -> None:
+        """Wait for a sequence to take the request; a 503 if none does within the queue timeout."""
+        with anyio.move_on_after(limits.queue_timeout):
+            await watching(request, ticket, ticket.admitted.wait)
+            return
+        if service.queue.withdraw(ticket):
+            ticket.gone.set()
+            raise ApiError(503, f"the server is busy: no sequence was free within {limits.queue_timeout:g} s; "
+                                "retry later", type="server_error", code="server_busy",
+                           headers={"Retry-After": str(max(1, round(limits.queue_timeout / 4)))})
+
+    async def generate(request: Request, kind: type[ChatCompletionRequest | CompletionRequest]) -> Response:
+        authorize(request)
+        body = parse(kind, await read_json(request))
+        assert isinstance(body, ChatCompletionRequest | CompletionRequest)
+        check_model(body.model)
+        answer = Answer(chat=kind is ChatCompletionRequest, model=model_name)
+        ticket = service.submit(job_of(body, answer))
+        try:
+            await queued(request, ticket)
+        except BaseException:
+            ticket.gone.set()
+            service.queue.withdraw(ticket)
+            raise
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            return _EventStream(_sse(stream(answer, ticket, usage)), ticket)
+        try:
+            return JSONResponse(await watching(request, ticket, lambda: whole(answer, ticket)))
+        finally:
+            ticket.gone.set()
+
+    async def whole(answer: Answer, ticket: Ticket) -> dict[str, Any]:
+        pieces: list[str] = []
+        reused = 0
+        while True:
+            event = await ticket.events.get()
+            if isinstance(event, Prefill):
+                reused = event.prompt_tokens - event.new_tokens
+            elif isinstance(event, Step):
+                pieces.extend(t.text for t in event.emitted)
+            elif isinstance(event, Finished):
+                pieces.append(event.tail)
+                return answer.whole("".join(pieces), event.reason, event.stats, reused, ticket.drafters)
+            elif isinstance(event, Failed):
+                raise ApiError(500, event.message, type="server_error")
+
+    async def stream(answer: Answer, ticket: Ticket, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
+        reused = 0
+        yield answer.chunk(first=True)
+        while True:
+            event = await ticket.events.get()
+            if isinstance(event, Prefill):
+                reused = event.prompt_tokens - event.new_tokens
+            elif isinstance(event, Step):
+                text = "".join(t.text for t in event.emitted)
+                if text:
+                    yield answer.chunk(text)
+            elif isinstance(event, Finished):
+                if event.tail:
+                    yield answer.chunk(event.tail)
+                yield answer.chunk(reason=event.reason, extra={"timings": timings(event.stats, reused,
+                                                                                   ticket.drafters)})
+                if include_usage:
+                    yield answer.usage_chunk(event.stats, reused)
+                return
+            elif isinstance(event, Failed):
+                yield ApiError(500, event.message, type="server_error").body()
+                return
+
+    async def chat_completions(request: Request) -> Response:
+        return await answered(request, "chat/completions", lambda: generate(request, ChatCompletionRequest))
+
+    async def completions(request: Request) -> Response:
+        return await answered(request, "completions", lambda: generate(request, CompletionRequest))
+
+    async def models(request: Request) -> Response:
+        async def listing() -> Response:
+            authorize(request)
+            data = [{"id": name, "object": "model", "created": 0, "owned_by": "localspec"} for name in names
+                    if name != "default"]
+            return JSONResponse({"object": "list", "data": data})
+
+        return await answered(request, "models", listing)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": model_name, "busy": service.busy(),
+                             "queued": len(service.queue), "parallel": rt.parallel})
+
+    async def metrics(request: Request) -> Response:
+        async def text() -> Response:
+            authorize(request)
+            body = service.metrics.render(lambda: len(service.queue), service.busy)
+            return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
+
+        return await answered(request, "metrics", text)
+
+    async def answered(request: Request, endpoint: str, handle: Callable[[], Awaitable[Response]]) -> Response:
+        """The handler's response, or its error in OpenAI's shape; counted either way."""
+        try:
+            response = await handle()
+        except ApiError as e:
+            response = JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+        except Exception:
+            log.exception("%s failed", endpoint)
+            response = JSONResponse(ApiError(500, "internal error: see the server's log", type="server_error")
+                                    .body(), status_code=500)
+        service.metrics.request(endpoint, response.status_code)
+        return response
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on "
+                   f"{request.url.path}"}.get(status, "the request failed")
+        return JSONResponse(ApiError(status, message).body(), status_code=status)
+
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+
+
+def _message(message: ChatMessage, index: int) -> Message:
+    """A chat message as literal text (no special tokens: the template tokenizes it as text)."""
+    role = "system" if message.role == "developer" else message.role
+    content = message.content
+    if isinstance(content, list):
+        if any(part.type != "text" or part.text is None for part in content):
+            raise ApiError(400, f"messages[{index}].content: only text parts are supported",
+                           param=f"messages.{index}.content")
+        content = "".join(part.text or "" for part in content)
+    return Message(role, content or "")
+
+
+async def watching(request: Request, ticket: Ticket, wait: Callable[[], Awaitable[T]]) -> T:
+    """``wait()``, unless the client goes away first: then its sequence is stopped and the wait cancelled."""
+    result: list[T] = []
+    async with anyio.create_task_group() as group:
+
+        async def run() -> None:
+            result.append(await wait())
+            group.cancel_scope.cancel()
+
+        async def listen() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            ticket.gone.set()
+            group.cancel_scope.cancel()
+
+        group.start_soon(run)
+        group.start_soon(listen)
+    if not result:
+        raise anyio.get_cancelled_exc_class()()
+    return result[0]
+
+
+async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events that stop the request's sequence when the client goes away (within a pass: the
+    scheduler checks before each one), whichever ASGI version the server speaks."""
+
+    def __init__(self, content: AsyncIterator[bytes], ticket: Ticket) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.ticket = ticket
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def stream() -> None:
+                    try:
+                        await self.stream_response(send)
+                    except OSError:  # the client went away mid-write
+                        pass
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stream)
+                await self.listen_for_disconnect(receive)
+                group.cancel_scope.cancel()
+        finally:
+            self.ticket.gone.set()

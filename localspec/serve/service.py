@@ -1,0 +1,170 @@
+"""Between the HTTP handlers (asyncio) and the scheduler (the worker thread): a queue of requests, and each
+request's events carried back to its handler.
+
+Every request is a job of one Scheduler.run that never ends while the server is up: the queue hands it jobs as lanes
+free up and "none yet" otherwise (the scheduler then waits in ``JobQueue.wait``). A request that waits longer than
+the queue timeout is taken back out (503); a client that goes away sets its ticket's ``gone``, and the scheduler
+ends that sequence before its next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from localspec.events import Event, Finished, Prefill, Step
+from localspec.runtime import BatchRuntime
+from localspec.serve.metrics import Metrics
+from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
+from localspec.worker import Worker
+
+log = logging.getLogger("localspec.serve")
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One request on its way through the scheduler. The worker thread delivers; the handler's loop receives."""
+
+    job: Job
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue[Event | Failed] = field(default_factory=asyncio.Queue)
+    admitted: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: threading.Event = field(default_factory=threading.Event)
+    drafters: Counter[str] = field(default_factory=Counter)  # draft tokens by drafter, for the response's timings
+
+    def deliver(self, event: Event | Failed) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the handler's loop has closed: nobody is listening any more
+            self.gone.set()
+
+    def admit(self) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.admitted.set)
+        except RuntimeError:
+            self.gone.set()
+
+
+class JobQueue:
+    """Requests waiting for a lane, in arrival order. ``jobs()`` is the scheduler's endless job source."""
+
+    def __init__(self) -> None:
+        self._waiting: deque[Ticket] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.running: set[Ticket] = set()  # taken by the scheduler, not finished
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def put(self, ticket: Ticket) -> None:
+        with self._cond:
+            self._waiting.append(ticket)
+            self._cond.notify()
+
+    def withdraw(self, ticket: Ticket) -> bool:
+        """Take a waiting request back out (it timed out, or its client left); False if a lane already took it."""
+        with self._cond:
+            try:
+                self._waiting.remove(ticket)
+            except ValueError:
+                return False
+            return True
+
+    def jobs(self) -> Iterator[Job | None]:
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                ticket = self._waiting.popleft() if self._waiting else None
+                if ticket is not None:
+                    self.running.add(ticket)
+            if ticket is None:
+                yield None
+            else:
+                ticket.admit()
+                yield ticket.job
+
+    def wait(self, timeout: float = 0.5) -> None:
+        """The scheduler has nothing to run: block until a request comes (or a while, to notice a close)."""
+        with self._cond:
+            if not self._waiting and not self._closed:
+                self._cond.wait(timeout)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class Service:
+    """The runtime, its worker thread and the queue; ``start`` runs the scheduler until ``close``."""
+
+    def __init__(self, rt: BatchRuntime, worker: Worker, metrics: Metrics | None = None) -> None:
+        self.rt = rt
+        self.worker = worker
+        self.metrics = metrics or Metrics()
+        self.queue = JobQueue()
+        self.passes = PassStats()
+
+    def start(self) -> None:
+        self.worker.submit(self._serve)
+
+    def submit(self, job: Job) -> Ticket:
+        """Queue ``job`` (its ``key`` and ``stop`` are set here); call from the handler's event loop."""
+        ticket = Ticket(job, asyncio.get_running_loop())
+        job.key = ticket
+        job.stop = ticket.gone.is_set
+        self.queue.put(ticket)
+        return ticket
+
+    def busy(self) -> int:
+        return len(self.queue.running)
+
+    def _serve(self) -> None:
+        """The worker thread's loop: one scheduler run for the server's life; restarted after an error."""
+        while not self.worker.stop_requested.is_set():
+            scheduler = Scheduler(self.rt.lanes, self.rt.make_generator, self.rt.costs, parallel=self.rt.parallel,
+                                  stats=self.passes)
+            try:
+                for job, event in scheduler.run(self.queue.jobs(), self.worker.stop_requested.is_set,
+                                                idle=self.queue.wait):
+                    self._deliver(job, event)
+                return
+            except Exception as e:  # llama.cpp failed mid-pass: every running request gets the error, and go on
+                log.exception("the scheduler failed")
+                for ticket in list(self.queue.running):
+                    ticket.deliver(Failed(f"generation failed: {type(e).__name__}: {e}"))
+                self.queue.running.clear()
+                for lane in range(len(self.rt.lanes)):  # no lane's cache can be trusted after a failed pass
+                    self.rt.lanes[lane].truncate(0)
+
+    def _deliver(self, job: Job, event: Event | Failed) -> None:
+        ticket = job.key
+        assert isinstance(ticket, Ticket)
+        metrics = self.metrics
+        if isinstance(event, Step):
+            metrics.step(event)
+            if event.k:
+                ticket.drafters[event.drafter] += event.k
+            metrics.passes = self.passes.passes
+        elif isinstance(event, Prefill):
+            metrics.prefill(event.prompt_tokens, event.prompt_tokens - event.new_tokens)
+        elif isinstance(event, Finished | Failed):
+            self.queue.running.discard(ticket)
+            metrics.end(event.reason if isinstance(event, Finished) else "error")
+        ticket.deliver(event)
+
+    def close(self, timeout: float = 30) -> None:
+        """Stop the scheduler (running requests end "interrupted"), then close the model on the worker thread."""
+        self.worker.stop_requested.set()
+        self.queue.close()
+        try:
+            self.worker.submit(self.rt.close).result(timeout)
+        except Exception:  # closing is best effort: the process is ending
+            log.exception("closing the model failed")
+        self.worker.shutdown(wait=False)
