@@ -282,6 +282,25 @@ def test_a_request_that_waits_too_long_is_a_503_and_a_dropped_stream_frees_its_s
     assert after["localspec_completion_tokens_total"] - before["localspec_completion_tokens_total"] < 400
 
 
+def test_a_client_that_hangs_up_on_a_whole_answer_frees_its_sequence_too(guarded: Server) -> None:
+    auth = {"Authorization": f"Bearer {KEY}"}
+    before = guarded.metrics(KEY)
+    conn = http.client.HTTPConnection("127.0.0.1", guarded.port, timeout=60)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": PROMPTS[3], "max_tokens": 400}),
+                 {"Content-Type": "application/json", **auth})
+    deadline = time.monotonic() + 60
+    while guarded.metrics(KEY)["localspec_busy_sequences"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    conn.sock.close()  # type: ignore[union-attr]
+    conn.close()
+    status, _, raw = guarded.http("POST", "/v1/completions", {"prompt": "1, 2, 3,", "max_tokens": 2}, headers=auth)
+    assert status == 200, raw
+    after = guarded.metrics(KEY)
+    assert after.get('localspec_finished_total{reason="interrupted"}', 0) == \
+        before.get('localspec_finished_total{reason="interrupted"}', 0) + 1
+    assert after["localspec_completion_tokens_total"] - before["localspec_completion_tokens_total"] < 400
+
+
 runner = CliRunner()
 
 

@@ -35,6 +35,11 @@ from localspec.speculative.scheduler import Failed
 
 log = logging.getLogger("localspec.serve")
 T = TypeVar("T")
+CLIENT_GONE = 499  # nginx's "client closed request": counted in /metrics, never seen by anyone
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request waited."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,8 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
         """The handler's response, or its error in OpenAI's shape; counted either way."""
         try:
             response = await handle()
+        except ClientGone:
+            response = Response(status_code=CLIENT_GONE)
         except ApiError as e:
             response = JSONResponse(e.body(), status_code=e.status, headers=e.headers)
         except Exception:
@@ -263,7 +270,7 @@ async def watching(request: Request, ticket: Ticket, wait: Callable[[], Awaitabl
         group.start_soon(run)
         group.start_soon(listen)
     if not result:
-        raise anyio.get_cancelled_exc_class()()
+        raise ClientGone
     return result[0]
 
 
