@@ -308,13 +308,11 @@ def test_an_output_that_is_not_utf8_cannot_be_resumed(tmp_path: Path) -> None:
     assert out.read_bytes() == b'{"id": "a", "text": "caf\xe9"}\n'  # left as it was for the user to look at
 
 
-# -- known gaps in files.py: each marked strict, so a fix turns it into a failure that says "drop the marker" --
+# -- line separators inside JSON strings, and a byte-order mark: once wrongly split or misread --
 
 SEPARATORS = "\u2028\u2029\x85"  # line breaks to str.splitlines, ordinary characters inside a JSON string
 
 
-@pytest.mark.xfail(strict=True, reason="read_requests splits lines with str.splitlines, which also breaks on "
-                   "U+2028/U+2029/U+0085: a valid line holding one becomes two 'not JSON' records")
 def test_a_prompt_holding_a_unicode_line_separator_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text(json.dumps({"id": "a", "prompt": f"x{SEPARATORS}y"}, ensure_ascii=False) + "\n"
@@ -323,8 +321,6 @@ def test_a_prompt_holding_a_unicode_line_separator_is_one_line(tmp_path: Path) -
     assert errors == [] and [(r.id, r.line) for r in requests] == [("a", 1), ("b", 2)]
 
 
-@pytest.mark.xfail(strict=True, reason="records are written with ensure_ascii=False and read back with "
-                   "str.splitlines: a result whose text holds U+2028/U+2029/U+0085 is deleted on resume and run again")
 def test_a_result_holding_a_unicode_line_separator_survives_a_resume(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     with ResultWriter(out, "m") as writer:
@@ -333,8 +329,6 @@ def test_a_result_holding_a_unicode_line_separator_survives_a_resume(tmp_path: P
     assert read_back(out)[0]["text"] == f"one{SEPARATORS}two"
 
 
-@pytest.mark.xfail(strict=True, reason="read_requests decodes with utf-8, not utf-8-sig: a byte-order mark (Windows "
-                   "editors write one) makes the first line 'not JSON'")
 def test_an_input_with_a_byte_order_mark_reads_its_first_line(tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text("\ufeff" + json.dumps({"id": "a", "prompt": "p"}) + "\n", encoding="utf-8")

@@ -46,7 +46,8 @@ def read_requests(path: Path) -> tuple[list[Request], list[LineError]]:
     """Every line of ``path`` as a Request or a LineError, in file order; UserError for an unreadable file or an id
     used twice."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: Windows editors start a file with a byte-order mark, which is not part of line 1
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UserError(f"no input file {path}") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -54,7 +55,7 @@ def read_requests(path: Path) -> tuple[list[Request], list[LineError]]:
     requests: list[Request] = []
     errors: list[LineError] = []
     seen: dict[str, int] = {}
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(jsonl_lines(text), 1):
         if not line.strip():
             continue
         got = parse_line(line, n)
@@ -209,7 +210,7 @@ def done_ids(path: Path) -> set[str]:
     """The ids ``path`` holds successful results for. Before a resumed job appends, the file is rewritten without
     its error records (they run again) and without a torn last line, so it stays valid JSONL."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        lines = jsonl_lines(path.read_text(encoding="utf-8"), keepends=True)
     except FileNotFoundError:
         return set()
     except (OSError, UnicodeDecodeError) as e:
@@ -228,6 +229,21 @@ def done_ids(path: Path) -> set[str]:
     if len(keep) != len(lines):
         _replace(path, "".join(keep))
     return done
+
+
+def jsonl_lines(text: str, keepends: bool = False) -> list[str]:
+    r"""JSONL's lines: split at "\n" only (a CRLF line loses its "\r"). str.splitlines would also split at U+2028,
+    U+2029 and U+0085, which JSON allows unescaped inside a string."""
+    lines = text.split("\n")
+    if keepends:
+        return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+    if lines and not lines[-1]:
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+# Written escaped all the same: tools that split lines as Python's splitlines does would read our output wrong
+_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
 
 
 def _replace(path: Path, text: str) -> None:
@@ -254,7 +270,8 @@ class ResultWriter:
             raise UserError(f"cannot write {path}: {e.strerror}") from None
 
     def write(self, result: Result, request: Request | LineError) -> None:
-        self._file.write(json.dumps(record(result, request, self.model), ensure_ascii=False) + "\n")
+        line = json.dumps(record(result, request, self.model), ensure_ascii=False).translate(_LINE_BREAKS)
+        self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
