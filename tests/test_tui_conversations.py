@@ -267,7 +267,7 @@ def test_esc_before_the_first_token_takes_the_question_back(model_path: Path, tm
     async def body(pilot: Pilot[ChatApp]) -> None:
         await until(pilot, lambda: app.ready)
         engine_free = threading.Event()
-        app.engine._executor.submit(engine_free.wait, 60)  # the answer queues behind this on the engine thread
+        app.engine.worker.submit(engine_free.wait, 60)  # the answer queues behind this on the engine thread
         try:
             await pilot.press(*"Name a colour.", "enter", *"more")
             assert app.busy and not app.answer_steps

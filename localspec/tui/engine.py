@@ -1,7 +1,8 @@
-"""The chat's engine: one thread for every llama.cpp call, and the frame budget that keeps the UI off its cores.
+"""The chat's engine: the chat's side of the worker thread, and the frame budget that keeps the UI off its cores.
 
-All llama.cpp work (loading, every answer) runs on one long-lived thread: a second calling thread would start a
-second OpenMP team in the process, and the two slow each other down. The engine never touches a widget: it
+All llama.cpp work (loading, every answer) runs on one long-lived thread, a ``localspec.worker.Worker`` (the server
+uses one too): a second calling thread would start a second OpenMP team in the process, and the two slow each other
+down. The engine adapts what the worker does to Textual: it never touches a widget, it
 appends each Step to a deque and posts a handful of messages (ready, prefilled, finished, failed); a timer on the
 UI thread takes the steps and repaints, skipping frames past a small CPU budget. Per-token ``call_from_thread``
 would block the generator until the UI had caught up, and a repaint per token would steal CPU from llama.cpp.
@@ -19,7 +20,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from localspec.errors import ContextFullError, UserError
@@ -33,6 +33,7 @@ from localspec.tui.messages import (
     RuntimeLoading,
     RuntimeReady,
 )
+from localspec.worker import Worker
 
 if TYPE_CHECKING:
     from textual.message import Message
@@ -77,8 +78,8 @@ class Engine:
         self._lock = threading.Lock()  # held while the engine uses the runtime; closing waits for it
         # Textual's workers only wait for this thread, so the compute threads llama.cpp spawns from it keep normal
         # priority when the UI thread lowers its own.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localspec-engine")
-        self.stop_requested = threading.Event()
+        self.worker = Worker("localspec-engine")
+        self.stop_requested = self.worker.stop_requested
         self.steps: deque[tuple[Step, float]] = deque()  # filled by the engine, taken by the UI's timer
 
     def start(self) -> None:
@@ -91,7 +92,7 @@ class Engine:
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` on the engine thread and wait for it (from a worker thread: it blocks)."""
-        return self._executor.submit(fn, *args).result()
+        return self.worker.call(fn, *args)
 
     # ---- opening and closing ---------------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class Engine:
             self._lock.release()
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False)
+        self.worker.shutdown(wait=False)
 
     # ---- answering -------------------------------------------------------------------------------------------
 
@@ -154,13 +155,13 @@ class Engine:
                 except Exception as exc:
                     self._post(DrafterSwitched(rt.drafter_name, f"{type(exc).__name__}: {exc}"))
             try:
-                for event in rt.generator.generate(tokens, self.options.generation, cancelled=cancelled):
+                for event in rt.generate(tokens, self.options.generation, cancelled=cancelled):
                     if isinstance(event, Step):
                         self.steps.append((event, time.perf_counter()))
                     elif isinstance(event, Prefill):
                         self._post(Prefilled(event, time.perf_counter()))
                     elif isinstance(event, Finished):
-                        plain = rt.generator.policy.plain_seconds_per_token()
+                        plain = rt.plain_seconds_per_token()
                         self._post(AnswerFinished(event, rt.drafter_name, plain))
             except ContextFullError as exc:
                 self._post(AnswerFailed(str(exc), context_full=True))
