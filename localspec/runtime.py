@@ -6,10 +6,11 @@ everything opened is closed in reverse order when the runtime is closed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from localspec._native import has_gpu_backend
 from localspec.drafters.base import Drafter
@@ -20,14 +21,18 @@ from localspec.engine import ChatTemplate, Context, Message, Model
 from localspec.engine.backend import describe_device, gpu_offload_supported
 from localspec.engine.lanes import Lanes
 from localspec.errors import UserError
+from localspec.events import Event
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
-from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import Calibration, load_or_measure
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.scheduler import Job
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
 NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device or driver): running on the CPU"
@@ -123,6 +128,44 @@ class Runtime(Prompts):
         except BaseException:
             stack.close()
             raise
+
+    # -- the façade: what run, chat, bench and the scripts ask of a runtime, so that none reaches into its parts --
+
+    def generate(
+        self, tokens: Sequence[int], generation: GenerationSettings | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Iterator[Event]:
+        """Generate after ``tokens`` with the current drafter: Prefill, Steps, Finished (see events.py)."""
+        return self.generator.generate(tokens, generation or self.settings.generation, cancelled or _never)
+
+    def fresh(self, *, k: int | None = None, branches: int | None = None, clear_cache: bool = False) -> None:
+        """Forget what earlier generations taught the policy about the text (the device's pass costs stay), pin
+        the draft length and tree width for what follows (None: the runtime's own settings), and with
+        ``clear_cache`` empty the KV cache so the next prompt is prefilled from scratch."""
+        policy, speculation = self.generator.policy, self.settings.speculation
+        policy.reset()
+        policy.fixed = speculation.k if k is None else k
+        policy.branches = speculation.branches if branches is None else branches
+        if clear_cache:
+            self.context.clear()
+
+    def plain_seconds_per_token(self) -> float:
+        """What one token costs without speculation here, as the policy measured it (0: not yet)."""
+        return self.generator.policy.plain_seconds_per_token()
+
+    def score(self, tokens: Sequence[int]) -> np.ndarray:
+        """The target's logits after ``tokens``, from an empty cache (left empty again): a probe, not a
+        generation."""
+        ctx = self.context
+        ctx.clear()
+        try:
+            return ctx.decode(list(tokens))[-1].copy()
+        finally:
+            ctx.clear()
+
+    @property
+    def n_ctx(self) -> int:
+        return self.context.n_ctx
 
     def set_drafter(self, kind: str) -> None:
         """Switch the drafter for the next generation, opening it on first use (it then stays open)."""
@@ -253,6 +296,10 @@ class BatchRuntime(Prompts):
 PARALLEL_AUTO_MAX = 8
 # ... and takes the fewest lanes that reach this share of the best throughput the cost curve promises
 PARALLEL_AUTO_SHARE = 0.95
+
+
+def _never() -> bool:
+    return False
 
 
 def auto_parallel(costs: PassCosts, limit: int) -> int:

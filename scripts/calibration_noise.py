@@ -93,9 +93,8 @@ def run(seconds: dict[int, float], repeat: int) -> dict[str, list[tuple[int, flo
                     stats = {}
                     for drafter in ("none", "ngram"):
                         rt.set_drafter(drafter)
-                        rt.generator.policy.reset()
-                        rt.context.clear()
-                        events = rt.generator.generate(tokens, GenerationSettings(max_tokens=p.max_tokens))
+                        rt.fresh(clear_cache=True)
+                        events = rt.generate(tokens, GenerationSettings(max_tokens=p.max_tokens))
                         stats[drafter] = [e for e in events if isinstance(e, Finished)][-1].stats
                     out[p.id].append((stats["ngram"].target_passes,
                                       stats["none"].decode_seconds / stats["ngram"].decode_seconds))
@@ -156,7 +155,7 @@ def grounded_answers() -> dict[str, tuple[list[int], list[int]]]:
         for p in load_suite(None).prompts:
             if p.category == "grounded":
                 tokens = rt.prompt_tokens(p.prompt)
-                events = rt.generator.generate(tokens, GenerationSettings(max_tokens=p.max_tokens))
+                events = rt.generate(tokens, GenerationSettings(max_tokens=p.max_tokens))
                 answers[p.id] = (tokens, [t.id for e in events if isinstance(e, Step) for t in e.emitted])
     cache.write_text(json.dumps(answers))
     return answers

@@ -33,7 +33,7 @@ def options(drafter: str, max_tokens: int) -> Settings:
 def without_ui(opts: Settings) -> float:
     with Runtime.open(opts) as rt:
         tokens = rt.model.vocab.tokenize(rt.chat_template.apply([Message("user", PROMPT)]))
-        done = [e for e in rt.generator.generate(tokens, opts.generation) if isinstance(e, Finished)][0]
+        done = [e for e in rt.generate(tokens, opts.generation) if isinstance(e, Finished)][0]
         return done.stats.tokens_per_second
 
 

@@ -49,8 +49,8 @@ def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int],
     with Runtime.open(Settings(speculation=SpeculationSettings(drafter="none"))) as rt:
         for p in prompts:
             prompt = rt.prompt_tokens(p.prompt)
-            rt.context.clear()
-            events = rt.generator.generate(prompt, GenerationSettings(max_tokens=p.max_tokens))
+            rt.fresh(clear_cache=True)
+            events = rt.generate(prompt, GenerationSettings(max_tokens=p.max_tokens))
             out[p.id] = (prompt, [t.id for e in events if isinstance(e, Step) for t in e.emitted])
     cache.parent.mkdir(exist_ok=True)
     cache.write_text(json.dumps({"key": key, "outputs": out}))

@@ -37,8 +37,8 @@ class Way:
 def one_at_a_time(rt: Runtime, suite: Suite) -> float:
     tokens, start = 0, time.perf_counter()
     for p in suite.prompts:
-        rt.generator.policy.reset()
-        for e in rt.generator.generate(rt.prompt_tokens(p.prompt), GenerationSettings(max_tokens=p.max_tokens)):
+        rt.fresh()
+        for e in rt.generate(rt.prompt_tokens(p.prompt), GenerationSettings(max_tokens=p.max_tokens)):
             if isinstance(e, Finished):
                 tokens += e.stats.generated_tokens
     return tokens / (time.perf_counter() - start)

@@ -103,7 +103,6 @@ class Bench:
         self.repeat = repeat
         self.anchors = anchors
         self._tokens: dict[str, list[int]] = {}
-        self._fixed_k = rt.generator.policy.fixed  # --k for every drafter; NAME:kN overrides it per entry
 
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
         if prompt.id not in self._tokens:
@@ -157,14 +156,13 @@ class Bench:
         rt.set_drafter(name)
         # the policy learns acceptance across generations: a measurement must not inherit what an earlier run (or
         # another drafter) taught it about the text; pass costs are the device's and carry over
-        rt.generator.policy.reset()
-        rt.generator.policy.fixed = self._fixed_k if k is None else k
-        rt.generator.policy.branches = self.branches if branches is None else branches
-        rt.context.clear()  # each run prefills its prompt from scratch, the same way (batching moves logits)
+        # --k for every drafter unless NAME:kN says otherwise; each run prefills its prompt from scratch, the same
+        # way (batching moves logits)
+        rt.fresh(k=k, branches=self.branches if branches is None else branches, clear_cache=True)
         tokens: list[int] = []
         pieces: list[str] = []
         finished: Finished | None = None
-        for event in rt.generator.generate(self.prompt_tokens(prompt), GenerationSettings(max_tokens=max_tokens)):
+        for event in rt.generate(self.prompt_tokens(prompt), GenerationSettings(max_tokens=max_tokens)):
             if isinstance(event, Step):
                 for t in event.emitted:
                     tokens.append(t.id)
@@ -195,9 +193,4 @@ class Bench:
         prompt = self._tokens.get(baseline.prompt_id)
         if prompt is None:
             return None
-        ctx = self.rt.context
-        ctx.clear()
-        row = ctx.decode([*prompt, *baseline.tokens[: div.position]])[-1]
-        gap = logit_gap(row, a, b)
-        ctx.clear()
-        return gap
+        return logit_gap(self.rt.score([*prompt, *baseline.tokens[: div.position]]), a, b)

@@ -135,7 +135,7 @@ def bench(
             if anchors:
                 from localspec.bench.anchors import Anchors
 
-                anchor_set = Anchors(rt.model.path, n_ctx=rt.context.n_ctx, n_threads=runtime.threads(),
+                anchor_set = Anchors(rt.model.path, n_ctx=rt.n_ctx, n_threads=runtime.threads(),
                                      n_gpu_layers=runtime.n_gpu_layers)
             try:
                 runner = Bench(rt, the_suite, names, repeat, anchor_set, branches=options.speculation.branches)

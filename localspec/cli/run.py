@@ -101,7 +101,7 @@ def _generate(
     tokens: list[Token] = []
     pieces: list[str] = []
     finished: Finished | None = None
-    for event in rt.generator.generate(prompt_tokens, options.generation, cancelled):
+    for event in rt.generate(prompt_tokens, options.generation, cancelled):
         if isinstance(event, Step):
             for token in event.emitted:
                 tokens.append(token)
