@@ -7,8 +7,11 @@ appends each Step to a deque and posts a handful of messages (ready, prefilled, 
 UI thread takes the steps and repaints, skipping frames past a small CPU budget. Per-token ``call_from_thread``
 would block the generator until the UI had caught up, and a repaint per token would steal CPU from llama.cpp.
 
-It builds on the events of the speculation loop only (``Generator.generate`` → Prefill | Step | Finished) and on
-the Runtime's public calls (``open``, ``set_drafter``); it does not reach into the loop.
+It builds on the events of the speculation loop only (``Runtime.generate`` → Prefill | Step | Finished) and on
+the Runtime's façade (``open``, ``set_drafter``, ``plain_seconds_per_token``); it does not reach into the loop.
+The answer loop (events → deque and messages) stays here rather than in worker.py behind callbacks: the server's
+worker runs the scheduler, whose events go to each request's handler, and ``run`` reads events on its own thread,
+so such a layer would have this one user.
 """
 
 from __future__ import annotations
