@@ -119,7 +119,7 @@ class Runtime(Prompts):
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
                      settings, notices, stack, say=say)
             rt._drafters[drafter_name] = drafters
-            rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads())
+            rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads(), target.remote)
             if drafters:
                 rt._calibrate(cancelled)
             if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
@@ -264,7 +264,8 @@ class BatchRuntime(Prompts):
             if cancelled is not None and cancelled():
                 raise KeyboardInterrupt
             return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel,
-                       describe_device(target.gpu_layers, target.n_layer, runtime.threads()), notices, calibration,
+                       describe_device(target.gpu_layers, target.n_layer, runtime.threads(), target.remote), notices,
+                       calibration,
                        stack)
         except BaseException:
             stack.close()
@@ -318,10 +319,16 @@ def _open_target(
     runtime = settings.runtime
     name, path = resolve(settings.model)
     notices: list[str] = []
-    if runtime.n_gpu_layers and not gpu_offload_supported():  # llama.cpp would silently use the CPU
+    if runtime.n_gpu_layers and not runtime.rpc and not gpu_offload_supported():  # llama.cpp would use the CPU
         notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
+    devices: list[int] = []
+    if runtime.rpc:  # checked and registered before llama.cpp sees them: it aborts on a server it cannot reach
+        from localspec.engine import rpc
+
+        devices = rpc.devices(rpc.parse_endpoints(list(runtime.rpc)))
     model = stack.enter_context(
-        Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
+        Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled,
+              devices=devices, tensor_split=runtime.tensor_split, remote=",".join(runtime.rpc))
     )
     return name, path, model, notices
 

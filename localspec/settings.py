@@ -56,10 +56,14 @@ class RuntimeSettings:
     n_gpu_layers: int | None = None
     n_batch: int = 512
     verbose: bool = False
+    # RPC servers (HOST:PORT) the target's layers go to instead of a local GPU (engine/rpc.py); the draft stays local
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()  # each server's share of the layers (empty: llama.cpp's, by free memory)
 
     def __post_init__(self) -> None:
         if self.n_gpu_layers is None:
-            object.__setattr__(self, "n_gpu_layers", default_gpu_layers())
+            # with RPC servers, "offloaded" means on them: all layers, unless --gpu-layers keeps some here
+            object.__setattr__(self, "n_gpu_layers", -1 if self.rpc else default_gpu_layers())
 
     def threads(self) -> int:
         if self.n_threads:
@@ -73,7 +77,17 @@ class RuntimeSettings:
             raise UserError(f"--threads must be at least 1, got {self.n_threads}")
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
             raise UserError(f"--gpu-layers must be -1 (all), 0 (CPU) or a count, got {self.n_gpu_layers}")
+        if self.rpc:
+            from localspec.engine.rpc import parse_endpoints
 
+            parse_endpoints(list(self.rpc))
+        if self.tensor_split and (len(self.tensor_split) != len(self.rpc) or min(self.tensor_split) < 0
+                                  or not sum(self.tensor_split)):
+            raise UserError(f"--tensor-split takes one share per --rpc server ({len(self.rpc)}), each >= 0, "
+                            f"got {','.join(f'{x:g}' for x in self.tensor_split)}")
+
+
+RPC_DEFAULT_PORT = 50052  # llama.cpp's rpc-server default
 
 # trees are opt-in: replayed on the shipped cost tables they paid on no prompt of ours (docs/performance.md)
 BRANCHES_DEFAULT = 1

@@ -9,19 +9,18 @@ import json
 import uuid
 from pathlib import Path
 
-import llama_cpp
 import pytest
 
 from localspec.cli.options import build_options
 from localspec.engine import Context, Model
-from localspec.engine.backend import describe_device
+from localspec.engine.backend import describe_device, gpu_offload_supported
 from localspec.paths import cache_dir
 from localspec.runtime import NO_GPU_OFFLOAD, Runtime
 from localspec.settings import RuntimeSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import load_or_measure
 from tests.conftest import localspec
 
-GPU_BUILD = bool(llama_cpp.llama_supports_gpu_offload())
+GPU_BUILD = gpu_offload_supported()  # not llama_supports_gpu_offload: an RPC build says yes with no GPU
 cpu_build_only = pytest.mark.skipif(GPU_BUILD, reason="this llama-cpp-python offloads to a GPU")
 gpu_build_only = pytest.mark.skipif(not GPU_BUILD, reason="this llama-cpp-python has no GPU offload")
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from localspec.errors import UserError
 from localspec.settings import (
     BRANCHES_DEFAULT,
     DRAFTERS,
@@ -89,10 +90,30 @@ OPTIONS: tuple[Opt, ...] = (
         "runtime.n_gpu_layers", _DEVICE),
     Opt("verbose", ("--verbose",), bool, False, "Show llama.cpp's own log on stderr.", "Runtime", "runtime.verbose",
         _DEVICE),
+    Opt("rpc", ("--rpc",), str | None, None, "Put the target's layers on llama.cpp RPC servers (HOST:PORT[,...], "
+        "started with `localspec rpc-server`); the draft model stays here. Needs scripts/setup --rpc.", "Runtime",
+        "runtime.rpc", _DEVICE),
+    Opt("tensor_split", ("--tensor-split",), str | None, None, "With --rpc: each server's share of the layers, "
+        "e.g. 3,1 (default: by their free memory).", "Runtime", "runtime.tensor_split", _DEVICE),
 )
 DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
 _PARTS = {"runtime": RuntimeSettings, "speculation": SpeculationSettings, "sampling": SamplingSettings,
           "generation": GenerationSettings}
+
+
+def _floats(value: str | None) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in value.split(",")) if value else ()
+    except ValueError:
+        raise UserError(f"--tensor-split takes numbers separated by commas, e.g. 3,1; got {value!r}") from None
+
+
+# options given as one string (or repeated) that settings hold as tuples
+_LISTS: dict[str, Callable[[Any], tuple[Any, ...]]] = {
+    "stop": lambda value: tuple(value or ()),
+    "rpc": lambda value: tuple(p.strip() for p in value.split(",")) if value else (),
+    "tensor_split": _floats,
+}
 
 
 def build_options(**given: Any) -> Settings:
@@ -122,7 +143,7 @@ def build_options(**given: Any) -> Settings:
         part, _, field = o.goes_to.partition(".")
         if field:
             value = values[o.name]
-            fields[part][field] = tuple(value or ()) if o.name == "stop" else value
+            fields[part][field] = _LISTS[o.name](value) if o.name in _LISTS else value
     settings = Settings(values["model"], **{part: cls(**fields[part]) for part, cls in _PARTS.items()})
     settings.validate()
     return settings

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from pathlib import Path
 
 import llama_cpp
 
@@ -50,8 +51,16 @@ _GPU_LIBRARY_NAMES = {"ggml-cuda": "CUDA", "ggml-metal": "Metal", "ggml-vulkan":
 
 @functools.cache
 def gpu_offload_supported() -> bool:
-    """Whether this llama.cpp can put layers on a GPU: a GPU build *and* a GPU device it can use."""
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """Whether this llama.cpp can put layers on a GPU: a GPU build *and* a GPU device it can use. (Not
+    llama_supports_gpu_offload alone: an RPC build says yes to it with no GPU at all.)"""
+    if not llama_cpp.llama_supports_gpu_offload():
+        return False
+    ggml = ggml_lib()
+    return any(ggml.ggml_backend_dev_type(ggml.ggml_backend_dev_get(i)) in _GPU_TYPES
+               for i in range(ggml.ggml_backend_dev_count()))
+
+
+_GPU_TYPES = (1, 2)  # enum ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU
 
 
 @functools.cache
@@ -73,19 +82,56 @@ def gpu_backend_name() -> str:
     return "GPU"
 
 
-def offloaded_layers(requested: int, n_layer: int) -> int:
+def offloaded_layers(requested: int, n_layer: int, remote: bool = False) -> int:
     """How many of the model's n_layer + 1 offloadable layers (the blocks and the output layer) llama.cpp puts
-    on the GPU for an ``n_gpu_layers`` of ``requested`` (negative: all)."""
-    if not gpu_offload_supported():
+    on the GPU (``remote``: on RPC servers) for an ``n_gpu_layers`` of ``requested`` (negative: all)."""
+    if not remote and not gpu_offload_supported():
         return 0
     return n_layer + 1 if requested < 0 else min(requested, n_layer + 1)
 
 
-def describe_device(gpu_layers: int, n_layer: int, threads: int) -> str:
-    """Where a model with ``gpu_layers`` offloaded layers (of ``n_layer`` + 1) runs, in a few words."""
+def describe_device(gpu_layers: int, n_layer: int, threads: int, remote: str = "") -> str:
+    """Where a model with ``gpu_layers`` offloaded layers (of ``n_layer`` + 1) runs, in a few words; ``remote``:
+    the RPC servers that hold them."""
+    if remote and gpu_layers > 0:
+        rest = "" if gpu_layers >= n_layer + 1 else f", the rest on the CPU ({threads} threads)"
+        return f"RPC {remote}: {min(gpu_layers, n_layer + 1)} of {n_layer + 1} layers{rest}"
     if gpu_layers <= 0:
         return f"CPU ({threads} threads)"
     if gpu_layers >= n_layer + 1:
         return f"GPU: all {n_layer} layers offloaded ({gpu_backend_name()})"
     return (f"GPU: {gpu_layers} of {n_layer + 1} layers offloaded ({gpu_backend_name()}),"
             f" the rest on the CPU ({threads} threads)")
+
+
+_lib: ctypes.CDLL | None = None
+
+
+def ggml_lib() -> ctypes.CDLL:
+    """libggml, as llama_cpp loaded it (the same handle: dlopen of a loaded library returns it)."""
+    global _lib
+    if _lib is None:
+        folder = Path(llama_cpp.__file__).parent / "lib"
+        names = sorted(folder.glob("libggml.so*")) + sorted(folder.glob("libggml.dylib")) + \
+            sorted(folder.glob("ggml.dll"))
+        if not names:
+            raise RuntimeError(f"no libggml next to llama_cpp in {folder}")
+        lib = ctypes.CDLL(str(names[0]))
+        p = ctypes.c_void_p
+        for name, args, ret in (
+            ("ggml_backend_reg_by_name", [ctypes.c_char_p], p),
+            ("ggml_backend_reg_get_proc_address", [p, ctypes.c_char_p], p),
+            ("ggml_backend_register", [p], None),
+            ("ggml_backend_reg_dev_count", [p], ctypes.c_size_t),
+            ("ggml_backend_reg_dev_get", [p, ctypes.c_size_t], p),
+            ("ggml_backend_dev_name", [p], ctypes.c_char_p),
+            ("ggml_backend_dev_description", [p], ctypes.c_char_p),
+            ("ggml_set_abort_callback", [p], p),
+            ("ggml_backend_dev_count", [], ctypes.c_size_t),
+            ("ggml_backend_dev_get", [ctypes.c_size_t], p),
+            ("ggml_backend_dev_type", [p], ctypes.c_int),
+        ):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ret
+        _lib = lib
+    return _lib

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import llama_cpp
@@ -50,14 +50,29 @@ class Model:
         n_gpu_layers: int = 0,
         verbose: bool = False,
         cancelled: Callable[[], bool] | None = None,
+        devices: Sequence[int] = (),
+        tensor_split: Sequence[float] = (),
+        remote: str = "",
     ) -> None:
         """``cancelled`` is polled during the load (a Ctrl-C flag): when it turns true the load stops and
-        KeyboardInterrupt is raised. A signal cannot interrupt llama.cpp itself; it can only be noticed here."""
+        KeyboardInterrupt is raised. A signal cannot interrupt llama.cpp itself; it can only be noticed here.
+        ``devices``: the ``ggml_backend_dev_t`` to offload to instead of every local one (RPC servers';
+        engine/rpc.py), with the share of the layers each takes in ``tensor_split`` (empty: by their memory);
+        ``remote`` names them (the servers' endpoints) for reports and the calibration cache."""
+        self.remote = remote if devices else ""
         self.path = Path(path)
         _check_file(self.path)
         init_backend(verbose)
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        if devices:
+            # NULL-terminated; kept on self: llama.cpp reads them during the load only, but cheaply kept
+            self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            if tensor_split:
+                split = list(tensor_split) + [0.0] * (llama_cpp.LLAMA_MAX_DEVICES - len(tensor_split))
+                self._split = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*split[: llama_cpp.LLAMA_MAX_DEVICES])
+                params.tensor_split = self._split
         if cancelled is not None:
 
             @llama_cpp.llama_progress_callback
@@ -74,7 +89,7 @@ class Model:
         self.vocab = Vocab(llama_cpp.llama_model_get_vocab(handle))
         self.n_layer: int = llama_cpp.llama_model_n_layer(handle)
         # layers on the GPU, of n_layer + 1 (the blocks and the output layer): 0 where llama.cpp cannot offload
-        self.gpu_layers: int = offloaded_layers(n_gpu_layers, self.n_layer)
+        self.gpu_layers: int = offloaded_layers(n_gpu_layers, self.n_layer, remote=bool(self.remote))
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(handle)
         self.architecture: str = self.meta("general.architecture") or "unknown"
         self.can_rollback: bool = not (

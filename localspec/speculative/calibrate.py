@@ -107,9 +107,12 @@ class Calibration:
         return changed
 
 
-def device_name(gpu_layers: int) -> str:
-    """What runs the passes, for the cache's name and the reports: the GPU backend and/or the processor."""
+def device_name(gpu_layers: int, remote: str = "") -> str:
+    """What runs the passes, for the cache's name and the reports: the GPU backend or the RPC servers, and/or the
+    processor (an RPC setup and a local one never share figures: the round trips are in every pass)."""
     cpu = processor_name()
+    if remote and gpu_layers > 0:
+        return f"RPC {remote}, {cpu}"
     return f"{gpu_backend_name()} GPU, {cpu}" if gpu_layers > 0 else cpu
 
 
@@ -133,8 +136,9 @@ def load_or_measure(
     say = say or to_stderr
     # keyed by the layers really offloaded: -1 and 999 are the same setting, and a build without GPU offload runs
     # every setting on the CPU
-    layers = offloaded_layers(gpu_layers, ctx.model.n_layer)
-    device = device_name(layers)
+    remote = ctx.model.remote
+    layers = offloaded_layers(gpu_layers, ctx.model.n_layer, remote=bool(remote))
+    device = device_name(layers, remote)
     path = cache_path(model_hash, device, threads, layers, n_max, ctx.backend_sampling)
     cached = None if again else Calibration.read(path)
     if cached is not None and len(cached.seconds) != n_max:

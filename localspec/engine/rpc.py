@@ -1,0 +1,150 @@
+"""llama.cpp's RPC backend: the target's layers on `rpc-server`s over the network (issue #18).
+
+llama-cpp-python's ``rpc_servers=`` has been ignored since 0.3.10 (the field left ``llama_model_params``); servers are
+registered through ggml's backend registry instead: ``ggml_backend_reg_by_name("RPC")``, its proc address
+``ggml_backend_rpc_add_server(endpoint)`` (which connects at once), ``ggml_backend_register``; the model then takes
+the servers' devices in ``llama_model_params.devices``.
+
+llama.cpp aborts the process when it cannot connect or the handshake fails (GGML_ABORT), so every endpoint is
+checked here first, in Python, with the same HELLO the library sends: a server that is down, or speaks another
+protocol version, is one line that names it, before llama.cpp sees it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import struct
+from dataclasses import dataclass
+
+from localspec.engine.backend import ggml_lib
+from localspec.errors import UserError
+from localspec.settings import RPC_DEFAULT_PORT
+
+# this llama.cpp's protocol (ggml/include/ggml-rpc.h of the vendored source): major must match, minor not be newer
+PROTO_MAJOR, PROTO_MINOR = 7, 0
+_HELLO = 14  # RPC_CMD_HELLO, fixed across versions so that any two can say which they are
+_CAPS = 24  # RPC_CONN_CAPS_SIZE: transport capabilities (RDMA); all zero: plain TCP
+CONNECT_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_endpoints(spec: str | list[str]) -> list[Endpoint]:
+    """``HOST:PORT[,HOST:PORT…]`` (or a list of them) → endpoints; a one-line UserError for anything else."""
+    parts = spec if isinstance(spec, list) else spec.split(",")
+    out: list[Endpoint] = []
+    for part in (p.strip() for p in parts):
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UserError(f"--rpc takes HOST:PORT[,HOST:PORT...], got {part!r} (e.g. 127.0.0.1:{RPC_DEFAULT_PORT})")
+        out.append(Endpoint(host.strip("[]"), int(port)))
+    if len(set(out)) != len(out):
+        raise UserError(f"--rpc names a server twice: {spec}")
+    return out
+
+
+def hello(endpoint: Endpoint, timeout: float = CONNECT_TIMEOUT) -> tuple[int, int, int]:
+    """The server's protocol version, asked as llama.cpp asks it; UserError if it cannot be asked."""
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout) as sock:
+            sock.sendall(struct.pack("<BQ", _HELLO, _CAPS) + bytes(_CAPS))
+            head = _recv(sock, 8)
+            (size,) = struct.unpack("<Q", head)
+            if size < 3 or size > 4096:
+                raise UserError(f"{endpoint} answered, but not as an RPC server of llama.cpp: is that the port?")
+            major, minor, patch = _recv(sock, size)[:3]
+            return major, minor, patch
+    except TimeoutError:
+        raise UserError(f"the RPC server at {endpoint} did not answer within {timeout:g} s: is it running, and "
+                        "reachable (an SSH tunnel, a firewall)?") from None
+    except ConnectionError as e:
+        raise UserError(f"cannot reach the RPC server at {endpoint} ({_why(e)}): start it there with "
+                        f"`localspec rpc-server --port {endpoint.port}`") from None
+    except OSError as e:
+        raise UserError(f"cannot reach the RPC server at {endpoint} ({_why(e)})") from None
+
+
+def check(endpoints: list[Endpoint]) -> None:
+    """Every server is up and speaks this llama.cpp's protocol, or a UserError that names the first that is not."""
+    for endpoint in endpoints:
+        major, minor, patch = hello(endpoint)
+        if major != PROTO_MAJOR or minor > PROTO_MINOR:
+            raise UserError(f"the RPC server at {endpoint} speaks protocol {major}.{minor}.{patch}, this llama.cpp "
+                            f"{PROTO_MAJOR}.{PROTO_MINOR}: run the same localspec (and llama-cpp-python) on both "
+                            "machines")
+
+
+def devices(endpoints: list[Endpoint]) -> list[int]:
+    """Register the servers with llama.cpp (checked first) and return their devices (``ggml_backend_dev_t``),
+    in order, for ``llama_model_params.devices``."""
+    check(endpoints)
+    ggml = ggml_lib()
+    reg = ggml.ggml_backend_reg_by_name(b"RPC")
+    if not reg:
+        raise UserError("this llama-cpp-python was built without RPC: run scripts/setup --rpc (it rebuilds it with "
+                        "-DGGML_RPC=on)")
+    address = ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
+    if not address:
+        raise UserError("this llama.cpp's RPC backend has no ggml_backend_rpc_add_server: it is too old for localspec")
+    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+    _exit_in_one_line_on_abort(ggml, endpoints)
+    out: list[int] = []
+    for endpoint in endpoints:
+        server = add_server(str(endpoint).encode())
+        if not server:
+            raise UserError(f"the RPC server at {endpoint} offers no device")
+        ggml.ggml_backend_register(server)
+        out += [ggml.ggml_backend_reg_dev_get(server, i) for i in range(ggml.ggml_backend_reg_dev_count(server))]
+    return out
+
+
+_ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+_on_abort: object = None  # the installed callback, kept alive for as long as llama.cpp may call it
+
+
+def _exit_in_one_line_on_abort(ggml: ctypes.CDLL, endpoints: list[Endpoint]) -> None:
+    """A server that dies mid-generation makes llama.cpp abort (RPC_STATUS_ASSERT → GGML_ABORT) from its dispatcher
+    thread: say so in one line and exit 1, instead of a backtrace and a core dump. There is nothing to recover: the
+    layers that server held are gone."""
+    global _on_abort
+    names = ", ".join(map(str, endpoints))
+
+    def on_abort(message: bytes | None) -> None:
+        detail = (message or b"").decode("utf-8", "replace").strip().rsplit(": ", 1)[-1]
+        line = (f"localspec: error: lost an RPC server ({names}): {detail or 'llama.cpp aborted'}; check that "
+                "every server still runs, then run again\n")
+        os.write(2, line.encode())
+        os._exit(1)  # not a return: llama.cpp would abort() after it
+
+    _on_abort = _ABORT_CALLBACK(on_abort)
+    ggml.ggml_set_abort_callback(_on_abort)
+
+
+def describe(device: int) -> str:
+    ggml = ggml_lib()
+    name = ggml.ggml_backend_dev_name(device) or b"?"
+    where = ggml.ggml_backend_dev_description(device) or b"?"
+    return f"{name.decode()} ({where.decode()})"
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        piece = sock.recv(n - len(data))
+        if not piece:
+            raise ConnectionResetError("the connection closed")
+        data += piece
+    return data
+
+
+def _why(e: OSError) -> str:
+    return (e.strerror or str(e) or type(e).__name__).lower()

@@ -1,0 +1,124 @@
+"""RPC on one machine: llama.cpp's RPC servers on loopback, and a relay that adds network latency (this kernel has no
+netem): an asyncio TCP proxy that holds every chunk ``delay`` seconds in each direction, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from localspec.cli.rpc_server import find_server
+from localspec.engine.rpc import Endpoint, hello
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rpc_available() -> str | None:
+    """Why RPC cannot be tested here (None: it can): this llama-cpp-python's build, and the server binary."""
+    from localspec.engine.backend import ggml_lib
+
+    if not ggml_lib().ggml_backend_reg_by_name(b"RPC"):
+        return "this llama-cpp-python has no RPC backend (scripts/setup --rpc)"
+    try:
+        find_server()
+    except Exception as e:
+        return str(e)
+    return None
+
+
+@contextlib.contextmanager
+def rpc_server(threads: int = 1) -> Iterator[tuple[Endpoint, subprocess.Popen[bytes]]]:
+    port = free_port()
+    proc = subprocess.Popen([str(find_server()), "--host", "127.0.0.1", "--port", str(port), "--threads",
+                             str(threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = Endpoint("127.0.0.1", port)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            hello(endpoint, timeout=1)
+            break
+        except Exception:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise
+            time.sleep(0.1)
+    try:
+        yield endpoint, proc
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+class DelayRelay:
+    """127.0.0.1:``port`` → ``target``, every chunk held ``delay`` seconds each way (a one-way latency)."""
+
+    def __init__(self, target: Endpoint, delay: float) -> None:
+        self.target, self.delay = target, delay
+        self.port = free_port()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint("127.0.0.1", self.port)
+
+    def __enter__(self) -> DelayRelay:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", self.port))
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.target.host, self.target.port)
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True)
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def deliver() -> None:
+            while True:
+                due, data = await queue.get()
+                if not data:
+                    break
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        sender = asyncio.ensure_future(deliver())
+        try:
+            while data := await src.read(1 << 16):
+                queue.put_nowait((time.monotonic() + self.delay, data))
+        finally:
+            queue.put_nowait((0.0, b""))
+            await sender
+
+
+def model_file() -> Path:
+    from localspec.models.embedded import ensure_default_model
+
+    return ensure_default_model(progress=False)

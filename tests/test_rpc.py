@@ -1,0 +1,151 @@
+"""The target on llama.cpp's RPC servers (issue #18), on one machine: real servers on loopback, a relay for latency,
+and the checks that keep llama.cpp from aborting the process on a server it cannot use."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from localspec.cli import app
+from localspec.engine.rpc import Endpoint, check, parse_endpoints
+from localspec.errors import UserError
+from localspec.events import Step
+from localspec.runtime import Runtime
+from localspec.settings import GenerationSettings, RuntimeSettings, Settings, SpeculationSettings
+from tests.conftest import assert_one_line_error
+from tests.near_ties import top2_gap
+from tests.rpc_helpers import DelayRelay, free_port, rpc_available, rpc_server
+
+NEAR_TIE_MARGIN = 1.1
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("spec", ["localhost", "host:", ":50052", "a:b", "127.0.0.1:70000", "a:1,a:1"])
+def test_a_bad_endpoint_is_a_one_line_error(spec: str) -> None:
+    with pytest.raises(UserError, match="--rpc"):
+        parse_endpoints(spec)
+
+
+def test_endpoints_parse() -> None:
+    assert parse_endpoints("10.0.0.2:50052, 10.0.0.3:50053") == [Endpoint("10.0.0.2", 50052),
+                                                                 Endpoint("10.0.0.3", 50053)]
+
+
+def test_an_unreachable_server_is_one_line_before_any_model_loads() -> None:
+    port = free_port()  # nothing listens there
+    result = runner.invoke(app, ["run", "hello", "--rpc", f"127.0.0.1:{port}", "-n", "2"])
+    assert_one_line_error(result.exit_code, result.output, f"127.0.0.1:{port}", "cannot reach")
+
+
+@pytest.fixture
+def old_server() -> Iterator[Endpoint]:
+    """Something that answers llama.cpp's HELLO with another protocol version (6.1.0)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+
+    def serve() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.recv(1 + 8 + 24)
+            conn.sendall(struct.pack("<Q", 28) + bytes([6, 1, 0, 0]) + bytes(24))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield Endpoint("127.0.0.1", sock.getsockname()[1])
+    sock.close()
+
+
+def test_a_server_of_another_version_is_named_with_both_versions(old_server: Endpoint) -> None:
+    with pytest.raises(UserError) as e:
+        check([old_server])
+    assert str(old_server) in str(e.value) and "6.1.0" in str(e.value) and "7.0" in str(e.value)
+
+
+def test_the_rpc_server_listens_on_loopback_unless_the_risk_is_named() -> None:
+    result = runner.invoke(app, ["rpc-server", "--host", "0.0.0.0"])
+    assert_one_line_error(result.exit_code, result.output, "--allow-unauthenticated-remote", "SSH tunnel")
+    result = runner.invoke(app, ["rpc-server", "--port", "0"])
+    assert_one_line_error(result.exit_code, result.output, "--port")
+
+
+def test_tensor_split_needs_one_share_per_server() -> None:
+    result = runner.invoke(app, ["run", "x", "--rpc", "127.0.0.1:1,127.0.0.1:2", "--tensor-split", "1"])
+    assert_one_line_error(result.exit_code, result.output, "--tensor-split")
+
+
+# -- with the RPC build and its server (scripts/setup --rpc; scripts/test sets it up) --
+
+needs_rpc = pytest.mark.skipif(rpc_available() is not None, reason=str(rpc_available()))
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[list[Endpoint]]:
+    with rpc_server() as (a, _), rpc_server() as (b, _):
+        yield [a, b]
+
+
+def _greedy(rt: Runtime, prompt: str, n: int) -> list[int]:
+    rt.fresh(clear_cache=True)
+    return [t.id for e in rt.generate(rt.prompt_tokens(prompt), GenerationSettings(max_tokens=n))
+            if isinstance(e, Step) for t in e.emitted]
+
+
+PROMPTS = ["Here is a list: apples, pears, plums, cherries, grapes.\nRepeat the list exactly:\n",
+           "Q: What is the capital of Italy?\nA:"]
+
+
+@needs_rpc
+def test_greedy_text_over_two_rpc_servers_is_the_local_text_up_to_near_ties(
+    servers: list[Endpoint], model_path: Path
+) -> None:
+    for drafter in ("none", "ngram"):
+        spec = SpeculationSettings(drafter=drafter, k=4)  # fixed: no calibration over the servers' random ports
+        with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=512), spec)) as local, \
+                Runtime.open(Settings(str(model_path), RuntimeSettings(
+                    n_ctx=512, rpc=tuple(map(str, servers)), tensor_split=(1.0, 1.0)), spec)) as remote:
+            assert remote.device.startswith("RPC ") and str(servers[1]) in remote.device
+            for prompt in PROMPTS:
+                here, there = _greedy(local, prompt, 24), _greedy(remote, prompt, 24)
+                if here != there:
+                    j = next(i for i, (a, b) in enumerate(zip(here, there, strict=False)) if a != b)
+                    tokens = local.prompt_tokens(prompt) + here[:j]
+                    assert top2_gap(local.model, tokens) <= NEAR_TIE_MARGIN, (drafter, prompt, j)
+
+
+@needs_rpc
+def test_a_relay_adds_latency_and_generation_still_works(servers: list[Endpoint], model_path: Path) -> None:
+    with DelayRelay(servers[0], 0.002) as relay:
+        settings = Settings(str(model_path), RuntimeSettings(n_ctx=256, rpc=(str(relay.endpoint),)),
+                            SpeculationSettings(drafter="none", k=None))
+        with Runtime.open(settings) as rt:
+            assert len(_greedy(rt, PROMPTS[1], 4)) == 4
+
+
+@needs_rpc
+def test_a_server_that_dies_mid_generation_is_one_line_and_an_exit_not_a_hang(model_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    with rpc_server() as (endpoint, server):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--ctx", "4096", "-n", "3000",
+             "--drafter", "none", "--model", str(model_path), "Count from one to a thousand in words:"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+        assert proc.stdout is not None
+        assert proc.stdout.read(1)  # generating
+        server.kill()
+        _, err = proc.communicate(timeout=120)
+    lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+    assert proc.returncode == 1, err
+    assert lines[-1].startswith("localspec: error: lost an RPC server") and str(endpoint) in lines[-1]
+    assert "Traceback" not in err.decode() and "backtrace" not in err.decode().lower()
