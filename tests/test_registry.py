@@ -65,6 +65,10 @@ file = "qwen-Q6_K.gguf"
 target = "mine"
 drafter = "ngram"
 k = 12
+
+[profiles.far]
+target = "mine"
+rpc = ["10.0.0.2:50052", "10.0.0.3:50052"]
 """,
     )
     reg = load_registry()
@@ -74,6 +78,11 @@ k = 12
     assert reg.models["qwen2.5-7b-instruct"].family is None  # no field merging with the shipped entry
     assert "gemma3-270m" in reg.models  # shipped entries stay
     assert resolve_profile("fast").k == 12
+    assert resolve_profile("far").rpc == ("10.0.0.2:50052", "10.0.0.3:50052") and resolve_profile("fast").rpc == ()
+    from localspec.cli.options import build_options
+
+    assert build_options(profile="far").runtime.rpc == ("10.0.0.2:50052", "10.0.0.3:50052")
+    assert build_options(profile="far", rpc="127.0.0.1:9").runtime.rpc == ("127.0.0.1:9",)  # the option wins
     assert len(reg.files) == 2
 
 
@@ -82,6 +91,7 @@ k = 12
     [
         ("[models.a]\nrepo = 'x/y'\nfile = 'a.gguf\n", 3, "invalid TOML"),
         ("\n\n[models.a]\nrepo = 'x/y'\n", 3, "model 'a' needs a 'file'"),
+        ("[profiles.p]\ntarget = 'gemma3-270m'\nrpc = [1]\n", 3, "rpc must be a list"),
         ("[models.a]\nfile = 'a.gguf'\n", 1, "model 'a' needs a 'repo'"),
         ("[models.a]\nrepo = 'x/y'\nfile = 'a.bin'\n", 3, "'file' must name a .gguf file"),
         ("[models.a]\nrepo = 'nope'\nfile = 'a.gguf'\n", 2, "repo must look like owner/name"),

@@ -50,7 +50,7 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("model", ("--model", "-m"), str | None, None, "Model name from `localspec models`, or a path to a .gguf "
         "file. Default: the embedded gemma3-270m.", "Model", "model", _DEVICE),
     Opt("profile", ("--profile", "-p"), str | None, None, "A target/draft profile from models.toml (sets --model, "
-        "--drafter, --draft, --k, --exit-layer unless given).", "Model", "profile", _DEVICE),
+        "--drafter, --draft, --k, --exit-layer, --rpc unless given).", "Model", "profile", _DEVICE),
     Opt("drafter", ("--drafter", "-d"), str | None, None, f"Who proposes tokens: {' | '.join(DRAFTERS)}. 'auto' "
         "(default) uses n-gram lookup where the text repeats, the draft model if one is given, else plain decoding.",
         "Speculation", "speculation.drafter", _GENERATE),
@@ -133,7 +133,7 @@ def build_options(**given: Any) -> Settings:
 
         p = resolve_profile(profile)
         for name, value in (("model", p.target), ("drafter", p.drafter), ("draft", p.draft), ("k", p.k),
-                            ("exit_layer", p.exit_layer)):
+                            ("exit_layer", p.exit_layer), ("rpc", ",".join(p.rpc) or None)):
             if values[name] is None:
                 values[name] = value
     if values["drafter"] is None:

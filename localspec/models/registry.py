@@ -30,7 +30,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 _MODEL_KEYS = {"repo", "file", "revision", "sha256", "family", "notes", "source"}
-_PROFILE_KEYS = {"target", "drafter", "draft", "k", "exit_layer", "notes"}
+_PROFILE_KEYS = {"target", "drafter", "draft", "k", "exit_layer", "notes", "rpc"}
 _TOP_KEYS = {"default", "models", "profiles"}
 _SOURCES = ("hub", "embedded")
 
@@ -70,6 +70,7 @@ class Profile:
     exit_layer: int | None = None
     notes: str = ""
     defined_in: Path | None = None
+    rpc: tuple[str, ...] = ()  # RPC servers (HOST:PORT) that hold the target's layers
 
 
 @dataclass
@@ -213,6 +214,11 @@ def _parse_profile(name: str, t: dict[str, Any], where: Locator, warnings: list[
         raise RegistryError(f"{where.at(*table)}: profile '{name}' has drafter 'draft' but no 'draft' model")
     k = _opt_int(t, "k", table, where, minimum=0)
     exit_layer = _opt_int(t, "exit_layer", table, where, minimum=1)
+    rpc = t.get("rpc", [])
+    if isinstance(rpc, str):
+        rpc = [rpc]
+    if not isinstance(rpc, list) or not all(isinstance(r, str) for r in rpc):
+        raise RegistryError(f"{where.at(*table, 'rpc')}: rpc must be a list of \"HOST:PORT\" strings")
     return Profile(
         name=name,
         target=target,
@@ -222,6 +228,7 @@ def _parse_profile(name: str, t: dict[str, Any], where: Locator, warnings: list[
         exit_layer=exit_layer,
         notes=_opt_str(t, "notes", table, where) or "",
         defined_in=where.path,
+        rpc=tuple(rpc),
     )
 
 
