@@ -59,20 +59,29 @@ class PlatformInfo:
         return m
 
 
+# localspec never loads the multimodal library (tools/mtmd: clip, llava): not building it shortens the first setup,
+# and `import llama_cpp` does not need it (only llama_chat_format's image handlers import it, lazily)
+NO_MTMD = "-DLLAVA_BUILD=OFF"
+
+
 def choose_cmake_args(info: PlatformInfo) -> str:
-    """The CMAKE_ARGS to build llama-cpp-python with on ``info``'s machine ("" = the default build)."""
+    """The CMAKE_ARGS to build llama-cpp-python with on ``info``'s machine."""
     if info.user_cmake_args is not None and info.user_cmake_args.strip():
         return info.user_cmake_args.strip()
+    return " ".join([*_platform_args(info), NO_MTMD])
+
+
+def _platform_args(info: PlatformInfo) -> list[str]:
     args = []
     if info.system == "Darwin" and info.arch == "arm64":
-        return "-DGGML_METAL=on"  # Apple Silicon: Metal (llama.cpp's default there, stated explicitly)
+        return ["-DGGML_METAL=on"]  # Apple Silicon: Metal (llama.cpp's default there, stated explicitly)
     if info.system == "Linux" and info.has_nvcc and info.has_nvidia_gpu:
         # "native": the GPUs of this machine (found by nvcc at build time), which keeps the build to one
         # architecture: minutes instead of the half hour of CUDA's default list.
         args.append("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native")
     if info.system == "Linux" and info.arch == "x86_64" and info.compiler_knows_amx:
         args.append(f'-DCMAKE_C_FLAGS="{AMX_OFF}" -DCMAKE_CXX_FLAGS="{AMX_OFF}"')
-    return " ".join(args)
+    return args
 
 
 def describe(info: PlatformInfo) -> str:

@@ -29,6 +29,7 @@ PlatformInfo = lb.PlatformInfo
 AMX_FLAGS = ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
 
 LINUX_X86 = PlatformInfo(system="Linux", machine="x86_64", compiler_knows_amx=True)
+NO_MTMD = {"LLAVA_BUILD": "OFF"}  # every default build leaves out the multimodal library localspec never loads
 
 
 def _cmake_flags(args: str) -> dict[str, str]:
@@ -77,28 +78,28 @@ def test_nvcc_without_a_gpu_builds_for_the_cpu_and_says_why():
 def test_compiler_without_amx_support_needs_no_flags():
     # A compiler that rejects -mno-amx-tile cannot emit AMX either: the default build is safe there,
     # and the flags would break it.
-    assert lb.choose_cmake_args(replace(LINUX_X86, compiler_knows_amx=False)) == ""
+    assert _cmake_flags(lb.choose_cmake_args(replace(LINUX_X86, compiler_knows_amx=False))) == NO_MTMD
 
 
 def test_apple_silicon_builds_metal():
     info = PlatformInfo(system="Darwin", machine="arm64")
-    assert _cmake_flags(lb.choose_cmake_args(info)) == {"GGML_METAL": "on"}
+    assert _cmake_flags(lb.choose_cmake_args(info)) == {"GGML_METAL": "on", **NO_MTMD}
     assert lb.describe(info) == "Metal"
 
 
 def test_intel_mac_uses_the_default_build():
-    assert lb.choose_cmake_args(PlatformInfo(system="Darwin", machine="x86_64")) == ""
+    assert _cmake_flags(lb.choose_cmake_args(PlatformInfo(system="Darwin", machine="x86_64"))) == NO_MTMD
 
 
 def test_aarch64_linux_uses_the_default_build_and_cuda_where_there_is_a_gpu():
     arm = PlatformInfo(system="Linux", machine="aarch64")
-    assert lb.choose_cmake_args(arm) == ""
+    assert _cmake_flags(lb.choose_cmake_args(arm)) == NO_MTMD
     cuda = _cmake_flags(lb.choose_cmake_args(replace(arm, has_nvcc=True, has_nvidia_gpu=True)))
-    assert cuda == {"GGML_CUDA": "on", "CMAKE_CUDA_ARCHITECTURES": "native"}
+    assert cuda == {"GGML_CUDA": "on", "CMAKE_CUDA_ARCHITECTURES": "native", **NO_MTMD}
 
 
 def test_windows_uses_the_default_build():
-    assert lb.choose_cmake_args(PlatformInfo(system="Windows", machine="AMD64")) == ""
+    assert _cmake_flags(lb.choose_cmake_args(PlatformInfo(system="Windows", machine="AMD64"))) == NO_MTMD
 
 
 @pytest.mark.parametrize(
