@@ -327,6 +327,9 @@ def test_a_result_holding_a_unicode_line_separator_survives_a_resume(tmp_path: P
         writer.write(Result("a", f"one{SEPARATORS}two", [1]), Request("a", prompt="p"))
     assert done_ids(out) == {"a"}
     assert read_back(out)[0]["text"] == f"one{SEPARATORS}two"
+    # escaped on disk: readers that split as str.splitlines does still see one line
+    raw = out.read_text(encoding="utf-8")
+    assert not set(SEPARATORS) & set(raw) and raw.count("\n") == len(raw.splitlines()) == 1
 
 
 def test_an_input_with_a_byte_order_mark_reads_its_first_line(tmp_path: Path) -> None:
@@ -334,3 +337,11 @@ def test_an_input_with_a_byte_order_mark_reads_its_first_line(tmp_path: Path) ->
     path.write_text("\ufeff" + json.dumps({"id": "a", "prompt": "p"}) + "\n", encoding="utf-8")
     requests, errors = read_requests(path)
     assert errors == [] and [r.id for r in requests] == ["a"]
+
+
+def test_an_input_with_crlf_line_ends_reads_every_line(tmp_path: Path) -> None:
+    # splitting at "\n" alone must not leave Windows line ends behind
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"id": "a", "prompt": "p"}\r\n\r\n{"id": "b", "prompt": "q"}\r\n')
+    requests, errors = read_requests(path)
+    assert errors == [] and [(r.id, r.line) for r in requests] == [("a", 1), ("b", 3)]
