@@ -6,8 +6,9 @@
 #   2. Adaptive against fixed draft lengths, and token trees, on the built-in suite (`bench`, 3 rounds).
 #   3. The batch scheduler: the suite as one batch of auto / 8 / 16 sequences beside one at a time.
 #   4. What a pass over several sequences costs (scripts/lane_pass_costs.py), and the server under load.
+#   5. A cProfile of the suite with n-gram drafts, one at a time and as one batch (where host time per pass goes).
 #
-#     bash scripts/gpu_live.sh [steps: 1 2 3 4]
+#     bash scripts/gpu_live.sh [steps: 1 2 3 4 5]
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 steps=${*:-1 2 3}
@@ -28,7 +29,8 @@ if has 1; then
   PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout 420 $py -m pytest -q -p no:cacheprovider tests/test_import_order.py \
     tests/test_gpu_defaults.py tests/test_backend_sampling.py tests/test_tree_real.py tests/test_batch_real.py \
     tests/test_context.py tests/test_verbose.py > "$OUT/pytest.txt" 2>&1
-  echo "rc=$?" | tee -a "$OUT/log.txt"; tail -n 25 "$OUT/pytest.txt"
+  # the whole output stays in pytest.txt; show its head too (a crash's first lines name the test and the import)
+  echo "rc=$?" | tee -a "$OUT/log.txt"; head -n 15 "$OUT/pytest.txt"; echo "[...]"; tail -n 25 "$OUT/pytest.txt"
 fi
 if has 2; then
   step "bench: adaptive vs fixed k, trees"
@@ -56,4 +58,23 @@ if has 4; then
   else
     step "serve under load: skipped (no starlette/uvicorn/openai on this machine)"
   fi
+fi
+if has 5; then
+  step "profile: the suite with n-gram, one at a time and as one batch (--parallel auto, one round)"
+  timeout 300 $py - > "$OUT/prof.txt" 2>&1 <<'EOF'
+import cProfile, pstats
+import localspec  # noqa: F401  (llama.cpp's libraries before numpy)
+from localspec.bench.parallel import live
+from localspec.bench.suite import load_suite
+from localspec.settings import Settings
+prof = cProfile.Profile()
+prof.enable()
+ways, _, _ = live(Settings(), load_suite(None), ["ngram"], None, 1, lambda _: None)
+prof.disable()
+for w in ways:
+    print(w.name, w.tokens_per_second)
+pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+EOF
+  echo "rc=$?" | tee -a "$OUT/log.txt"; head -n 3 "$OUT/prof.txt"
 fi
