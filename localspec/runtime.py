@@ -7,7 +7,7 @@ everything opened is closed in reverse order when the runtime is closed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +25,7 @@ from localspec.events import Event
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from localspec.speculative.calibrate import Calibration, load_or_measure
+from localspec.speculative.calibrate import Calibration, Reads, choose_reads, load_or_measure
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
@@ -84,6 +84,7 @@ class Runtime(Prompts):
     # the target's pass costs as measured on this device; live passes correct it, and the runtime writes what they
     # improved back when it closes
     calibration: Calibration | None = None
+    reads: Reads | None = None  # how greedy passes are read back here (token ids or logits), and why
     say: Callable[[str], None] | None = field(default=None, repr=False)
 
     @classmethod
@@ -104,6 +105,9 @@ class Runtime(Prompts):
             ctx = stack.enter_context(Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(),
                                               n_batch=runtime.n_batch, greedy_rows=greedy_rows,
                                               n_seq=speculation.branches))
+            # token ids from the backend sampler, or logits: whichever this device reads a pass back faster
+            reads = choose_reads(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, greedy_rows,
+                                 cancelled=cancelled)
             if ctx.n_ctx != runtime.n_ctx:
                 why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
                        else "llama.cpp sizes contexts in steps of 256")
@@ -119,6 +123,7 @@ class Runtime(Prompts):
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
                      settings, notices, stack, say=say)
             rt._drafters[drafter_name] = drafters
+            rt.reads = reads
             rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads(), target.remote)
             if drafters:
                 rt._calibrate(cancelled)
@@ -249,6 +254,8 @@ class BatchRuntime(Prompts):
             # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                          greedy_rows=n_max) as probe:
+                reads = choose_reads(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, n_max,
+                                     cancelled=cancelled)
                 calibration = load_or_measure(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
                                               n_max, say=say, cancelled=cancelled)
             costs = PassCosts(dict(calibration.seconds))
@@ -258,6 +265,8 @@ class BatchRuntime(Prompts):
             lanes = stack.enter_context(Lanes(
                 target, parallel, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                 max_rows=min(runtime.n_batch, parallel * n_max)))
+            if reads is not None and not reads.ids:
+                lanes.context.use_backend_sampler(False)
             if lanes.n_ctx < runtime.n_ctx:
                 notices.append(f"--ctx {runtime.n_ctx} is {lanes.n_ctx} tokens per sequence here "
                                f"({name} was trained on {target.n_ctx_train})")
@@ -322,14 +331,17 @@ def _open_target(
     if runtime.n_gpu_layers and not runtime.rpc and not gpu_offload_supported():  # llama.cpp would use the CPU
         notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
     devices: list[int] = []
+    loading: AbstractContextManager[None] = nullcontext()
     if runtime.rpc:  # checked and registered before llama.cpp sees them: it aborts on a server it cannot reach
         from localspec.engine import rpc
 
         devices = rpc.devices(rpc.parse_endpoints(list(runtime.rpc)))
-    model = stack.enter_context(
-        Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled,
-              devices=devices, tensor_split=runtime.tensor_split, remote=",".join(runtime.rpc))
-    )
+        loading = rpc.sending(f"{path.name}'s layers")
+    with loading:
+        model = stack.enter_context(
+            Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled,
+                  devices=devices, tensor_split=runtime.tensor_split, remote=",".join(runtime.rpc))
+        )
     return name, path, model, notices
 
 

@@ -18,11 +18,20 @@ from localspec.bench.replay import CostTable, load_cost_table, replay
 from localspec.bench.suite import load_suite
 from localspec.cli import app
 from localspec.engine import Context, Model
+from localspec.engine.context import backend_sampling_available
 from localspec.events import Step
 from localspec.models.files import known_sha256
 from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from localspec.speculative.calibrate import RETRIES, Calibration, cache_path, device_name, load_or_measure, measure
+from localspec.speculative.calibrate import (
+    RETRIES,
+    Calibration,
+    cache_path,
+    choose_reads,
+    device_name,
+    load_or_measure,
+    measure,
+)
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.policy import DraftPolicy
 from tests.test_pass_costs import busy, noisy
@@ -119,6 +128,33 @@ def test_a_damaged_cache_is_measured_anew(tmp_path: Path) -> None:
         assert Calibration.read(path) is None, text
 
 
+@pytest.mark.skipif(not backend_sampling_available(), reason="this llama-cpp-python has no backend sampler")
+def test_greedy_passes_are_read_back_the_way_this_device_times_faster(
+    context: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    context.clear()
+    context.feed([2, 651, 6974])
+    reads = choose_reads(context, "e" * 64, 2, 0, N_MAX)
+    assert reads is not None and context.can_sample and context.backend_sampling == reads.ids
+    assert reads.ids == (sum(reads.seconds["ids"].values()) <= sum(reads.seconds["logits"].values()))
+    assert context.tokens == [2, 651, 6974]  # the cache as it was
+    # the next start takes the choice from the cache, whatever state the context is in
+    context.use_backend_sampler(not reads.ids)
+    again = choose_reads(context, "e" * 64, 2, 0, N_MAX)
+    assert again == reads and context.backend_sampling == reads.ids
+    # either way, the same token at every position: the choice is about cost only
+    rows = [651, 6974, 1234, 29, 4099]
+    by_way = []
+    for ids in (True, False):
+        context.use_backend_sampler(ids)
+        context.truncate(3)
+        by_way.append(context.decode_argmax(rows[:N_MAX]))
+    assert by_way[0] == by_way[1]
+    context.use_backend_sampler(True)
+    context.clear()
+
+
 def test_ctrl_c_stops_a_calibration_and_leaves_the_cache_as_it_was(context: Context) -> None:
     context.clear()
     context.feed([2, 651, 6974])
@@ -134,10 +170,13 @@ def test_a_runtime_writes_its_corrected_pass_costs_back(model_path: Path, tmp_pa
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     settings = Settings(str(model_path), RuntimeSettings(n_ctx=512, n_gpu_layers=0),
                         SpeculationSettings(drafter="ngram"), SamplingSettings())
-    path = cache_path(known_sha256(model_path), device_name(0), settings.runtime.threads(), 0, 17, argmax=True)
     inflated = {n: 0.25 + 0.05 * n for n in range(1, 18)}  # far above what a pass of this model costs anywhere
-    Calibration(inflated, dict.fromkeys(inflated, "test"), "cpu", path=path).save()
+    for argmax in (True, False):  # whichever way this machine reads passes back (choose_reads)
+        path = cache_path(known_sha256(model_path), device_name(0), settings.runtime.threads(), 0, 17, argmax)
+        Calibration(inflated, dict.fromkeys(inflated, "test"), "cpu", path=path).save()
     with Runtime.open(settings) as rt:
+        path = cache_path(known_sha256(model_path), device_name(0), settings.runtime.threads(), 0, 17,
+                          rt.context.backend_sampling)
         assert rt.calibration is not None and rt.calibration.path == path  # the cache was used, not measured
         prompt = rt.prompt_tokens("Count: one two three four five six seven eight nine ten. Again: one two three")
         list(rt.generator.generate(prompt, GenerationSettings(max_tokens=24)))
@@ -150,16 +189,18 @@ def test_calibrate_command_shows_the_figures_and_how_they_were_measured(
     model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
-    path = cache_path(known_sha256(model_path), device_name(0), 2, 0, 17, argmax=True)
     figures = {n: 0.01 * n for n in range(1, 18)}
-    Calibration(figures, dict.fromkeys(figures, "how"), "cpu", provisional="busy", path=path).save()
+    for argmax in (True, False):  # whichever way this machine reads passes back (choose_reads)
+        path = cache_path(known_sha256(model_path), device_name(0), 2, 0, 17, argmax)
+        Calibration(figures, dict.fromkeys(figures, "how"), "cpu", provisional="busy", path=path).save()
     result = CliRunner().invoke(app, ["calibrate", "--show", "--model", str(model_path), "--threads", "2",
                                       "--gpu-layers", "0"])
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.stdout.splitlines()[2:]]
     assert [(int(r[0]), float(r[1])) for r in rows] == [(n, round(s * 1000, 2)) for n, s in figures.items()]
     assert all(r[-1] == "how" for r in rows)
-    assert "provisional: busy" in result.stderr and str(path) in result.stderr  # shown, not measured again
+    assert "provisional: busy" in result.stderr and "-q5-" in result.stderr  # shown, not measured again
+    assert "greedy passes read back as" in result.stderr
 
 
 # ---- the same prompt, the same passes, whatever the timing noise ------------------------------------------------

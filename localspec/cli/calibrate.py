@@ -40,7 +40,7 @@ def calibrate(
       localspec calibrate --show --gpu-layers 0
     """
     from localspec.runtime import Runtime
-    from localspec.speculative.calibrate import load_or_measure
+    from localspec.speculative.calibrate import choose_reads, load_or_measure
 
     # the same target context a generation opens (so the same kind of pass), without a drafter to calibrate for
     settings = dataclasses.replace(options, speculation=dataclasses.replace(options.speculation, drafter="none"))
@@ -51,8 +51,10 @@ def calibrate(
         args = (rt.context, known_sha256(rt.model.path), runtime.threads(), runtime.n_gpu_layers,
                 settings.speculation.k_max + 1)
         if show:
+            reads = rt.reads
             calibration = load_or_measure(*args, retry=False)
         else:
+            reads = choose_reads(*args, again=True, cancelled=cancelled)
             with _progress_bar() as progress:
                 calibration = load_or_measure(*args, again=True, progress=progress, cancelled=cancelled)
         print(f"{rt.model_name} on {calibration.device} ({rt.device}):")
@@ -60,6 +62,8 @@ def calibrate(
         one = calibration.seconds[1]
         for n, seconds in sorted(calibration.seconds.items()):
             print(f"  {n:>6}  {seconds * 1000:>7.2f}  {seconds / one:>9.2f}  {calibration.measured.get(n, '')}")
+        if reads is not None:
+            print(f"localspec: greedy passes read back as {reads.describe()}", file=sys.stderr)
         state = f"provisional: {calibration.provisional}" if calibration.provisional else "measured on a quiet machine"
         print(f"localspec: {state}; cached in {calibration.path}", file=sys.stderr)
 

@@ -37,7 +37,9 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
+from localspec.engine.backend import recent_log
 from localspec.engine.model import Model
+from localspec.engine.rpc import no_room
 from localspec.errors import ContextFullError, RollbackUnsupported
 
 
@@ -83,9 +85,14 @@ class Context:
                 params.samplers = ctypes.cast(configs, ctypes.POINTER(llama_cpp.llama_sampler_seq_config))
                 params.n_samplers = n_seq
                 params.n_outputs_max_per_seq = params.n_outputs_max
+        recent_log(clear=True)
         handle = llama_cpp.llama_init_from_model(model.handle, params)
         if not handle:
             self._free_chains()
+            full = no_room(recent_log(), f"a {n_ctx}-token context (its KV cache and compute buffers)",
+                           "try a smaller --ctx, give it a smaller share with --tensor-split") if model.remote else None
+            if full is not None:
+                raise ContextFullError(str(full))
             raise ContextFullError(
                 f"llama.cpp could not create a {n_ctx}-token context for {model.path.name}: try a smaller --ctx"
             )
@@ -93,6 +100,7 @@ class Context:
         # Backend sampling is usable only if the greedy stage went into the graph: llama.cpp names an initialised
         # stage "+greedy" when the output device runs its ops, "-greedy" when not (it then samples nothing).
         self.backend_sampling = bool(self._chains) and _stage_name(self._chains[0]) == b"+greedy"
+        self.can_sample = self.backend_sampling  # backend_sampling: whether it is used (use_backend_sampler)
         if self._chains and not self.backend_sampling:
             self._detach()
         self._memory = llama_cpp.llama_get_memory(handle)
@@ -333,6 +341,14 @@ class Context:
     def _detach(self) -> None:
         for s in list(self._chains):
             self.set_backend_greedy(s, False)
+
+    def use_backend_sampler(self, on: bool) -> None:
+        """Read greedy passes back as the backend sampler's token ids (on, where it can), or as logits argmax'd
+        here (off): for where the sampler costs more than the copy it saves (speculative/calibrate.py,
+        choose_reads)."""
+        self.backend_sampling = on and self.can_sample
+        if not self.backend_sampling:
+            self._detach()
 
     def set_backend_greedy(self, seq: int, on: bool) -> None:
         """Whether sequence ``seq``'s rows come back as backend-sampled token ids (on) or as logits (off). Each switch

@@ -14,6 +14,7 @@ the lower ones back (``Calibration.improve``), each with how and when it was mea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -116,13 +117,98 @@ def device_name(gpu_layers: int, remote: str = "") -> str:
     return f"{gpu_backend_name()} GPU, {cpu}" if gpu_layers > 0 else cpu
 
 
-def cache_path(model_hash: str, device: str, threads: int, gpu_layers: int, n_max: int, argmax: bool) -> Path:
+def cache_path(model_hash: str, device: str, threads: int, gpu_layers: int, n_max: int, argmax: bool,
+               what: str = "") -> Path:
     # passes that return token ids (backend sampling) and passes that return logits cost differently; the device is
     # in the name because the CPU behind a machine can change from one day to the next
-    how = "argmax" if argmax else "logits"
+    how = what or ("argmax" if argmax else "logits")
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:48] or "unknown"
     name = f"{model_hash[:16]}-{slug}-t{threads}-g{gpu_layers}-n{n_max}-{library_version()}-{_METHOD}-{how}.json"
     return cache_dir() / "calibration" / name
+
+
+@dataclass
+class Reads:
+    """How a greedy pass is read back on this device, chosen by timing both: llama.cpp's backend sampler (token ids
+    only) or the logits, argmax'd here. The sampler saves a copy of the logits, which pays on a GPU, but on a CPU it
+    costs more than it saves, and over RPC it reads every row back in round trips of its own."""
+
+    ids: bool
+    seconds: dict[str, dict[int, float]]  # "ids" / "logits" → size → seconds (low quantile of the rounds)
+    measured: str
+
+    def describe(self) -> str:
+        ids, logits = self.seconds["ids"], self.seconds["logits"]
+        pairs = ", ".join(f"{n}: {ids[n] * 1000:.1f} vs {logits[n] * 1000:.1f} ms" for n in sorted(ids))
+        return f"{'token ids' if self.ids else 'logits'} (passes of ids vs logits, {pairs}; {self.measured})"
+
+
+def choose_reads(
+    ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int, *, rounds: int = 3,
+    again: bool = False, cancelled: Callable[[], bool] | None = None,
+) -> Reads | None:
+    """Read greedy passes the cheaper way on this device (cached like the pass costs; timed once, in a second or
+    two; ``again``: timed now): turns the context's backend sampler on or off (``Context.use_backend_sampler``).
+    None where there is no choice (no backend sampler)."""
+    if not ctx.can_sample or n_max < 1:
+        return None
+    layers = offloaded_layers(gpu_layers, ctx.model.n_layer, remote=bool(ctx.model.remote))
+    path = cache_path(model_hash, device_name(layers, ctx.model.remote), threads, layers, n_max, True, "reads")
+    reads = None if again else _read_reads(path)
+    if reads is None:
+        ctx.use_backend_sampler(True)
+        reads = _time_reads(ctx, n_max, rounds, cancelled)
+        with contextlib.suppress(OSError):  # a read-only cache: timed again next time
+            atomic_write_text(path, json.dumps({"ids": reads.ids, "measured": reads.measured, "seconds": {
+                how: {str(n): t for n, t in by_n.items()} for how, by_n in reads.seconds.items()}}, indent=1))
+    ctx.use_backend_sampler(reads.ids)
+    return reads
+
+
+def _read_reads(path: Path) -> Reads | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        seconds = {how: {int(n): float(t) for n, t in data["seconds"][how].items()} for how in ("ids", "logits")}
+        return Reads(bool(data["ids"]), seconds, str(data["measured"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _time_reads(ctx: Context, n_max: int, rounds: int, cancelled: Callable[[], bool] | None) -> Reads:
+    """Both ways over passes of 1, n_max / 2 and n_max, interleaved over ``rounds`` rounds; each way's first pass
+    after a switch is not timed (llama.cpp rebuilds its graph then)."""
+    sizes = sorted({1, max(1, n_max // 2), n_max})
+    samples: dict[str, dict[int, list[float]]] = {how: {n: [] for n in sizes} for how in ("ids", "logits")}
+    tokens = _filler(ctx, n_max)
+    saved = list(ctx.tokens)
+
+    def run(how: str, n: int) -> float:
+        if cancelled is not None and cancelled():
+            raise KeyboardInterrupt
+        t0 = time.perf_counter()
+        if how == "ids":
+            ctx.decode_argmax(tokens[32 : 32 + n])
+        else:
+            ctx.decode(tokens[32 : 32 + n], all_logits=True)
+        seconds = time.perf_counter() - t0
+        ctx.truncate(32)
+        return seconds
+
+    ctx.clear()
+    try:
+        ctx.feed(tokens[:32])
+        for rep in range(rounds):
+            for how in ("ids", "logits") if rep % 2 == 0 else ("logits", "ids"):
+                run(how, 1)  # after a switch llama.cpp rebuilds its graph: not timed
+                for n in sizes:
+                    samples[how][n].append(run(how, n))
+    finally:
+        ctx.clear()
+        if saved:
+            ctx.feed(saved)
+    seconds = {how: {n: low_quantile(ts) for n, ts in by_n.items()} for how, by_n in samples.items()}
+    ids = sum(seconds["ids"].values()) <= sum(seconds["logits"].values())
+    return Reads(ids, seconds, f"timed {_now()}")
 
 
 def load_or_measure(
@@ -168,9 +254,7 @@ def measure(
     """Time the pass the loop will make for every size 1..n_max: ``rounds`` interleaved rounds after a warm-up,
     the one-token pass before and after; the cache is left as it was found, also when ``cancelled``. ``say`` is
     told ``what`` runs, and for about how long, once the first passes give the estimate."""
-    vocab = ctx.model.vocab
-    filler = vocab.tokenize(" the quick brown fox jumps over the lazy dog" * 4, add_special=True)
-    tokens = (filler * (1 + (n_max + 32) // len(filler)))[: n_max + 32]
+    tokens = _filler(ctx, n_max)
     saved = list(ctx.tokens)
     total = 1 + (rounds + 1) * n_max + 2 * _SINGLES
     done = 0
@@ -220,6 +304,12 @@ def measure(
     how = f"calibration, 25th percentile of {rounds} interleaved rounds, {when}"
     return Calibration(seconds, dict.fromkeys(seconds, how), device,
                        _disturbed(others, first, last, samples))
+
+
+def _filler(ctx: Context, n_max: int) -> list[int]:
+    """32 tokens of history, then n_max to time passes with."""
+    filler = ctx.model.vocab.tokenize(" the quick brown fox jumps over the lazy dog" * 4, add_special=True)
+    return (filler * (1 + (n_max + 32) // len(filler)))[: n_max + 32]
 
 
 def _disturbed(others: float | None, first: list[float], last: list[float], samples: Mapping[int, list[float]]) -> str:
