@@ -7,13 +7,14 @@ import asyncio
 import contextlib
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from localspec.cli.rpc_server import find_server
-from localspec.engine.rpc import Endpoint, hello
+from localspec.cli.rpc_server import find_server, wait_until_listening
+from localspec.engine.rpc import Endpoint
 
 
 def free_port() -> int:
@@ -41,20 +42,30 @@ def rpc_server(threads: int = 1) -> Iterator[tuple[Endpoint, subprocess.Popen[by
     proc = subprocess.Popen([str(find_server()), "--host", "127.0.0.1", "--port", str(port), "--threads",
                              str(threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = Endpoint("127.0.0.1", port)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            hello(endpoint, timeout=1)
-            break
-        except Exception:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise
-            time.sleep(0.1)
     try:
+        wait_until_listening(proc, endpoint)
         yield endpoint, proc
     finally:
         proc.kill()
+        proc.wait(10)
+
+
+@contextlib.contextmanager
+def capped_rpc_server(mem: int) -> Iterator[Endpoint]:
+    """`localspec rpc-server --mem MEM` (one thread), once the cap is on."""
+    from tests.conftest import ROOT
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "localspec", "rpc-server", "--port", str(port), "--threads", "1",
+                             "--mem", str(mem)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stderr is not None
+        said = proc.stderr.readline()  # said once the cap is on
+        assert f"may allocate {mem} MiB" in said, said
+        yield Endpoint("127.0.0.1", port)
+    finally:
+        proc.terminate()
         proc.wait(10)
 
 

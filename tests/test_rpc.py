@@ -20,7 +20,7 @@ from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, Settings, SpeculationSettings
 from tests.conftest import assert_one_line_error
 from tests.near_ties import top2_gap
-from tests.rpc_helpers import DelayRelay, free_port, rpc_available, rpc_server
+from tests.rpc_helpers import DelayRelay, capped_rpc_server, free_port, rpc_available, rpc_server
 
 NEAR_TIE_MARGIN = 1.1
 runner = CliRunner()
@@ -149,3 +149,44 @@ def test_a_server_that_dies_mid_generation_is_one_line_and_an_exit_not_a_hang(mo
     assert proc.returncode == 1, err
     assert lines[-1].startswith("localspec: error: lost an RPC server") and str(endpoint) in lines[-1]
     assert "Traceback" not in err.decode() and "backtrace" not in err.decode().lower()
+
+
+
+def test_rpc_server_mem_takes_mib() -> None:
+    result = runner.invoke(app, ["rpc-server", "--mem", "0"])
+    assert_one_line_error(result.exit_code, result.output, "--mem")
+
+
+@needs_rpc
+def test_a_server_without_room_for_its_layers_is_one_line_that_names_it(model_path: Path) -> None:
+    with capped_rpc_server(mem=50) as endpoint:  # the embedded target's layers take 235 MiB
+        result = runner.invoke(app, ["run", "hello", "--model", str(model_path), "--rpc", str(endpoint),
+                                     "--drafter", "none", "-n", "2"])
+    assert_one_line_error(result.exit_code, result.output, str(endpoint), "no room", "layers", "--tensor-split")
+
+
+@needs_rpc
+def test_a_server_without_room_for_the_context_is_one_line_that_says_ctx(model_path: Path) -> None:
+    with capped_rpc_server(mem=500) as endpoint:
+        result = runner.invoke(app, ["run", "hello", "--model", str(model_path), "--rpc", str(endpoint),
+                                     "--drafter", "none", "-n", "2"])
+        assert result.exit_code == 0, result.output  # the layers, their tensors in transit and 4096 tokens fit
+        result = runner.invoke(app, ["run", "hello", "--model", str(model_path), "--rpc", str(endpoint),
+                                     "--drafter", "none", "-n", "2", "--ctx", "32768"])
+    assert_one_line_error(result.exit_code, result.output, str(endpoint), "no room", "--ctx")
+
+
+@needs_rpc
+def test_a_server_that_cannot_receive_the_layers_is_one_line_not_a_lost_server(model_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    # room for the layers (235 MiB), not for them and the 170 MiB embedding in transit: the server hangs up, and
+    # llama.cpp aborts the client
+    with capped_rpc_server(mem=300) as endpoint:
+        done = subprocess.run([sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--drafter", "none",
+                               "-n", "2", "--model", str(model_path), "hello"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+    assert_one_line_error(done.returncode, done.stderr, str(endpoint), "no room to receive", "--mem")

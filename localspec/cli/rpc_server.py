@@ -6,8 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,6 +16,9 @@ from localspec.cli import app, user_errors
 from localspec.cli.serve import is_loopback
 from localspec.errors import UserError
 from localspec.settings import RPC_DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from localspec.engine.rpc import Endpoint
 
 BINARY = "ggml-rpc-server"
 RISK_FLAG = "--allow-unauthenticated-remote"
@@ -44,6 +48,10 @@ def rpc_server(
                                                 "cores).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="Its devices to offer, comma-separated (default: "
                                                "all; see llama.cpp's ggml-rpc-server --help).")] = None,
+    mem: Annotated[int | None, typer.Option("--mem", metavar="MB", help="Most memory (MiB) it may allocate for "
+                                            "clients: layers, KV cache, compute buffers. A client whose share does "
+                                            "not fit gets one line naming this server. Linux; CPU memory only (a "
+                                            "GPU's own memory is its limit). Default: no limit.")] = None,
     allow_remote: Annotated[bool, typer.Option(RISK_FLAG, help="Listen on a non-loopback --host although anyone "
                                                "who reaches the port can run code in this process (the RPC "
                                                "protocol has no authentication and a record of remote-code-"
@@ -61,12 +69,18 @@ def rpc_server(
       localspec rpc-server
 
       localspec rpc-server --port 50053 --threads 8
+
+      localspec rpc-server --mem 4096
     """
     with user_errors():
         if not 0 < port < 65536:
             raise UserError(f"--port must be between 1 and 65535, got {port}")
         if threads is not None and threads < 1:
             raise UserError(f"--threads must be at least 1, got {threads}")
+        if mem is not None and mem < 1:
+            raise UserError(f"--mem takes MiB, at least 1, got {mem}")
+        if mem is not None and not sys.platform.startswith("linux"):
+            raise UserError("--mem needs Linux (it caps the server with RLIMIT_DATA): leave it out here")
         if not is_loopback(host) and not allow_remote:
             raise UserError(f"--host {host} would let anyone who reaches this machine run code in it (RPC has no "
                             f"authentication): use an SSH tunnel instead, or pass {RISK_FLAG} if you accept that")
@@ -74,11 +88,62 @@ def rpc_server(
         if not is_loopback(host):
             print(f"localspec: warning: the RPC server listens on {host} without authentication or encryption",
                   file=sys.stderr)
-        cmd = [str(binary), "--host", host, "--port", str(port), "--threads", str(threads or os.cpu_count() or 1)]
+        n_threads = threads or os.cpu_count() or 1
+        cmd = [str(binary), "--host", host, "--port", str(port), "--threads", str(n_threads)]
         if device:
             cmd += ["--device", device]
+    proc = subprocess.Popen(cmd)
     try:
-        code = subprocess.call(cmd)
+        if mem is not None:
+            with user_errors():
+                from localspec.engine.rpc import Endpoint
+
+                cap_memory(proc, Endpoint(host if is_loopback(host) else "127.0.0.1", port), mem, n_threads)
+            print(f"localspec: the RPC server may allocate {mem} MiB for clients", file=sys.stderr)
+        code = proc.wait()
     except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait()
         code = 0
+    except BaseException:
+        proc.kill()
+        raise
     raise typer.Exit(code)
+
+
+def cap_memory(proc: subprocess.Popen[bytes], endpoint: Endpoint, mib: int, threads: int) -> None:
+    """Let the server allocate at most ``mib`` MiB beyond what it holds once it listens (Linux's RLIMIT_DATA, its
+    private writable memory), plus the stacks its compute threads will take. ggml-rpc-server lost its own --mem;
+    a buffer it cannot allocate is answered as 'no room', which the client's localspec reports by endpoint."""
+    import resource
+
+    wait_until_listening(proc, endpoint)
+    idle = _vm_data(proc.pid)
+    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    stack = 8 << 20 if stack in (resource.RLIM_INFINITY, -1) or stack <= 0 else stack
+    limit = idle + (mib << 20) + (threads + 2) * stack
+    resource.prlimit(proc.pid, resource.RLIMIT_DATA, (limit, limit))
+
+
+def wait_until_listening(proc: subprocess.Popen[bytes], endpoint: Endpoint, timeout: float = 30.0) -> None:
+    from localspec.engine.rpc import hello
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            hello(endpoint, timeout=1)
+            return
+        except UserError:
+            if proc.poll() is not None:
+                raise UserError(f"{BINARY} exited ({proc.returncode}) before it listened on {endpoint}: is the "
+                                "port taken?") from None
+            if time.monotonic() > deadline:
+                raise UserError(f"{BINARY} did not listen on {endpoint} within {timeout:g} s") from None
+            time.sleep(0.1)
+
+
+def _vm_data(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmData:"):
+            return int(line.split()[1]) * 1024
+    raise UserError(f"cannot read the RPC server's memory (/proc/{pid}/status): leave --mem out")

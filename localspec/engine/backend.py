@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from collections import deque
 from pathlib import Path
 
 import llama_cpp
@@ -14,10 +15,24 @@ _initialised = False
 _verbose = False
 
 
+# llama.cpp's last lines, kept while its log is off: a load that fails says why only there (which RPC server had
+# no room, say), and the caller turns that into one line for the user
+_recent: deque[str] = deque(maxlen=64)
+
+
 @llama_cpp.llama_log_callback
 def _drop_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     # llama.cpp prints hundreds of lines per model load; a CLI's stderr belongs to the user.
-    return None
+    _recent.append(text.decode("utf-8", "replace"))
+
+
+def recent_log(clear: bool = False) -> str:
+    """llama.cpp's last log lines (none while --verbose sends them to stderr), joined; ``clear``: forget them after,
+    so that the next call sees only what llama.cpp said since."""
+    text = "".join(_recent)
+    if clear:
+        _recent.clear()
+    return text
 
 
 def init_backend(verbose: bool = False) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from localspec.engine.backend import init_backend, offloaded_layers
+from localspec.engine.backend import init_backend, offloaded_layers, recent_log
 from localspec.engine.vocab import Vocab
 from localspec.errors import ModelLoadError
 
@@ -80,10 +80,18 @@ class Model:
                 return not cancelled()
 
             params.progress_callback = go_on  # the local keeps the C callback alive through the load
+        recent_log(clear=True)
         handle = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:
             if cancelled is not None and cancelled():
                 raise KeyboardInterrupt
+            if devices:
+                from localspec.engine.rpc import no_room
+
+                full = no_room(recent_log(), f"{self.path.name}'s layers",
+                               "give it a smaller share with --tensor-split, add a server")
+                if full is not None:
+                    raise ModelLoadError(str(full))
             raise _refusal(self.path)
         self._handle: llama_cpp.llama_model_p | None = handle
         self.vocab = Vocab(llama_cpp.llama_model_get_vocab(handle))

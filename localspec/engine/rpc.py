@@ -12,10 +12,13 @@ protocol version, is one line that names it, before llama.cpp sees it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import re
 import socket
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from localspec.engine.backend import ggml_lib
@@ -109,6 +112,19 @@ def devices(endpoints: list[Endpoint]) -> list[int]:
 
 _ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 _on_abort: object = None  # the installed callback, kept alive for as long as llama.cpp may call it
+_sending = ""  # what is on its way to the servers now ("" once the model is loaded: generating)
+
+
+@contextlib.contextmanager
+def sending(what: str) -> Iterator[None]:
+    """While ``what`` (the target's layers) goes to the servers: a server that closes the connection now most
+    likely had no room to receive a tensor (it holds a copy of each one in transit), not a crash."""
+    global _sending
+    _sending = what
+    try:
+        yield
+    finally:
+        _sending = ""
 
 
 def _exit_in_one_line_on_abort(ggml: ctypes.CDLL, endpoints: list[Endpoint]) -> None:
@@ -120,13 +136,33 @@ def _exit_in_one_line_on_abort(ggml: ctypes.CDLL, endpoints: list[Endpoint]) -> 
 
     def on_abort(message: bytes | None) -> None:
         detail = (message or b"").decode("utf-8", "replace").strip().rsplit(": ", 1)[-1]
-        line = (f"localspec: error: lost an RPC server ({names}): {detail or 'llama.cpp aborted'}; check that "
-                "every server still runs, then run again\n")
+        if _sending:
+            line = (f"localspec: error: an RPC server ({names}) closed the connection while {_sending} went to it: "
+                    "most likely it had no room to receive them (a tensor in transit takes room of its own); give "
+                    "it a smaller share with --tensor-split, or start it with a larger --mem\n")
+        else:
+            line = (f"localspec: error: lost an RPC server ({names}): {detail or 'llama.cpp aborted'}; check that "
+                    "every server still runs, then run again\n")
         os.write(2, line.encode())
-        os._exit(1)  # not a return: llama.cpp would abort() after it
+        os._exit(2 if _sending else 1)  # not a return: llama.cpp would abort() after it
 
     _on_abort = _ABORT_CALLBACK(on_abort)
     ggml.ggml_set_abort_callback(_on_abort)
+
+
+# ggml-alloc's line for a buffer a backend refused; an RPC server's buffer type is named RPC<device>[<endpoint>]
+_REFUSED = re.compile(r"failed to allocate RPC\d+\[([^\]]+)\] buffer of size (\d+)")
+
+
+def no_room(log: str, what: str, fix: str) -> UserError | None:
+    """The RPC server that had no room for a buffer, as llama.cpp logged it (``log``): one line that names it and
+    the size, ``what`` the buffer held, ``fix`` the way out; None if no server refused one."""
+    refused = _REFUSED.findall(log)
+    if not refused:
+        return None
+    endpoint, size = refused[-1]
+    return UserError(f"the RPC server at {endpoint} has no room for {int(size) / 2**20:.0f} MiB of {what}: {fix}, "
+                     "or start it with a larger --mem")
 
 
 def describe(device: int) -> str:
