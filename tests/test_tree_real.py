@@ -323,10 +323,13 @@ def generate_plain(rt: Runtime, tokens: list[int], n: int) -> list[int]:
             for t in e.emitted]
 
 
-def test_generating_with_trees_is_lossless_and_each_token_is_its_passes_argmax(model_path: Path) -> None:
+@pytest.mark.parametrize("sampler", [True, False], ids=["backend-sampler", "logits"])
+def test_generating_with_trees_is_lossless_and_each_token_is_its_passes_argmax(model_path: Path, sampler: bool) -> None:
     spec = SpeculationSettings(drafter="ngram", k=3, branches=N_SEQ)  # a fixed k: no cost calibration at open
     with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=1024), spec, GREEDY)) as rt:
-        assert rt.context.n_seq == N_SEQ and rt.context.backend_sampling
+        # both ways a device may read passes back (choose_reads picks one by timing)
+        rt.context.use_backend_sampler(sampler)
+        assert rt.context.n_seq == N_SEQ and rt.context.backend_sampling == sampler
         recorder = RecordingTarget(rt.context)
         rt.generator.target = recorder  # type: ignore[assignment]
         trees = off_first = 0
