@@ -50,12 +50,17 @@ def pass_costs(rpc: str, delay_ms: float, out: Path) -> dict[int, float]:
                         SpeculationSettings(drafter="none"))
     with Runtime.open(settings) as rt:
         seconds = measure(rt.context, 16, say=lambda _: None).seconds
+        reads = rt.reads
     table = {
         "device": f"llama.cpp RPC server on loopback (this 2-core CPU), {delay_ms:g} ms one way (relay)",
         "model": "gemma-3-270m-q4_k_m.gguf",
         "measured": time.strftime("%Y-%m-%d") + ": localspec's calibration (scripts/rpc_bench.py)",
         "seconds_by_batch": {str(n): round(s, 6) for n, s in sorted(seconds.items())},
     }
+    if reads is not None:  # how passes are read back over this link, and the two ways' costs (choose_reads)
+        table["reads"] = "token ids" if reads.ids else "logits"
+        table["reads_seconds"] = {how: {str(n): round(t, 6) for n, t in by_n.items()}
+                                  for how, by_n in reads.seconds.items()}
     out.write_text(json.dumps(table, indent=1) + "\n")
     return seconds
 

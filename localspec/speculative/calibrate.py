@@ -183,16 +183,7 @@ def _time_reads(ctx: Context, n_max: int, rounds: int, cancelled: Callable[[], b
     saved = list(ctx.tokens)
 
     def run(how: str, n: int) -> float:
-        if cancelled is not None and cancelled():
-            raise KeyboardInterrupt
-        t0 = time.perf_counter()
-        if how == "ids":
-            ctx.decode_argmax(tokens[32 : 32 + n])
-        else:
-            ctx.decode(tokens[32 : 32 + n], all_logits=True)
-        seconds = time.perf_counter() - t0
-        ctx.truncate(32)
-        return seconds
+        return _timed_pass(ctx, tokens[32 : 32 + n], how == "ids", cancelled)
 
     ctx.clear()
     try:
@@ -261,14 +252,8 @@ def measure(
 
     def timed(n: int) -> float:
         nonlocal done
-        if cancelled is not None and cancelled():
-            raise KeyboardInterrupt
-        t0 = time.perf_counter()
         # the pass the loop will make: token ids where llama.cpp samples in the graph, else logits
-        ctx.decode_argmax(tokens[32 : 32 + n]) if ctx.backend_sampling else ctx.decode(tokens[32 : 32 + n],
-                                                                                      all_logits=True)
-        seconds = time.perf_counter() - t0
-        ctx.truncate(32)
+        seconds = _timed_pass(ctx, tokens[32 : 32 + n], ctx.backend_sampling, cancelled)
         done += 1
         if progress is not None:
             progress(done, total)
@@ -304,6 +289,22 @@ def measure(
     how = f"calibration, 25th percentile of {rounds} interleaved rounds, {when}"
     return Calibration(seconds, dict.fromkeys(seconds, how), device,
                        _disturbed(others, first, last, samples))
+
+
+def _timed_pass(ctx: Context, tokens: list[int], ids: bool, cancelled: Callable[[], bool] | None) -> float:
+    """Seconds to decode ``tokens`` after the cached history, read back as token ids or as logits; the cache is
+    left as it was."""
+    if cancelled is not None and cancelled():
+        raise KeyboardInterrupt
+    kept = len(ctx.tokens)
+    t0 = time.perf_counter()
+    if ids:
+        ctx.decode_argmax(tokens)
+    else:
+        ctx.decode(tokens, all_logits=True)
+    seconds = time.perf_counter() - t0
+    ctx.truncate(kept)
+    return seconds
 
 
 def _filler(ctx: Context, n_max: int) -> list[int]:
