@@ -49,9 +49,10 @@ def rpc_server(
     device: Annotated[str | None, typer.Option("--device", help="Its devices to offer, comma-separated (default: "
                                                "all; see llama.cpp's ggml-rpc-server --help).")] = None,
     mem: Annotated[int | None, typer.Option("--mem", metavar="MB", help="Most memory (MiB) it may allocate for "
-                                            "clients: layers, KV cache, compute buffers. A client whose share does "
-                                            "not fit gets one line naming this server. Linux; CPU memory only (a "
-                                            "GPU's own memory is its limit). Default: no limit.")] = None,
+                                            "clients: layers, KV cache, compute buffers, and a copy of each tensor "
+                                            "while it arrives. A client whose share does not fit gets one line "
+                                            "naming this server. Linux; CPU memory only (a GPU's own memory is its "
+                                            "limit). Default: no limit.")] = None,
     allow_remote: Annotated[bool, typer.Option(RISK_FLAG, help="Listen on a non-loopback --host although anyone "
                                                "who reaches the port can run code in this process (the RPC "
                                                "protocol has no authentication and a record of remote-code-"
