@@ -7,7 +7,7 @@ everything opened is closed in reverse order when the runtime is closed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -330,18 +330,21 @@ def _open_target(
     notices: list[str] = []
     if runtime.n_gpu_layers and not runtime.rpc and not gpu_offload_supported():  # llama.cpp would use the CPU
         notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
-    devices: list[int] = []
-    loading: AbstractContextManager[None] = nullcontext()
-    if runtime.rpc:  # checked and registered before llama.cpp sees them: it aborts on a server it cannot reach
-        from localspec.engine import rpc
+    if not runtime.rpc:
+        model = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose,
+                                          cancelled=cancelled))
+        return name, path, model, notices
+    from localspec.engine import rpc
 
-        devices = rpc.devices(rpc.parse_endpoints(list(runtime.rpc)))
-        loading = rpc.sending(f"{path.name}'s layers")
-    with loading:
+    # checked and registered before llama.cpp sees them: it aborts on a server it cannot reach
+    endpoints = rpc.parse_endpoints(list(runtime.rpc))
+    devices = rpc.devices(endpoints)
+    with rpc.sending(f"{path.name}'s layers"):
         model = stack.enter_context(
             Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled,
                   devices=devices, tensor_split=runtime.tensor_split, remote=",".join(runtime.rpc))
         )
+    rpc.watch_connections(endpoints)
     return name, path, model, notices
 
 

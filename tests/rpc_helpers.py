@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from localspec.cli.rpc_server import find_server, wait_until_listening
@@ -67,6 +69,41 @@ def capped_rpc_server(mem: int) -> Iterator[Endpoint]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def netns_available() -> bool:
+    """Whether a server can be put behind a link this test can cut: root, and ip netns."""
+    return (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("ip") is not None
+            and subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0)
+
+
+@contextlib.contextmanager
+def netns_rpc_server() -> Iterator[tuple[Endpoint, Callable[[], None]]]:
+    """An RPC server in a network namespace of its own, reached over a veth pair; ``cut()`` takes the link down, so
+    that packets vanish and no reset ever comes (a machine or a link that is gone; loopback cannot show it)."""
+    tag = f"ls{os.getpid() % 100000}"
+    ns, here, there = f"{tag}ns", f"{tag}a", f"{tag}b"
+    net = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
+    setup = [["ip", "netns", "add", ns], ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+             ["ip", "link", "set", there, "netns", ns], ["ip", "addr", "add", f"{net}.1/30", "dev", here],
+             ["ip", "link", "set", here, "up"], ["ip", "-n", ns, "addr", "add", f"{net}.2/30", "dev", there],
+             ["ip", "-n", ns, "link", "set", there, "up"], ["ip", "-n", ns, "link", "set", "lo", "up"]]
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        for cmd in setup:
+            subprocess.run(cmd, check=True, capture_output=True)
+        port = free_port()
+        endpoint = Endpoint(f"{net}.2", port)
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, str(find_server()), "--host", endpoint.host, "--port",
+                                 str(port), "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until_listening(proc, endpoint)
+        yield endpoint, lambda: subprocess.run(["ip", "link", "set", here, "down"], check=True)
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(10)
+        subprocess.run(["ip", "link", "del", here], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 class DelayRelay:

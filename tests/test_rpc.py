@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,15 @@ from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, Settings, SpeculationSettings
 from tests.conftest import assert_one_line_error
 from tests.near_ties import top2_gap
-from tests.rpc_helpers import DelayRelay, capped_rpc_server, free_port, rpc_available, rpc_server
+from tests.rpc_helpers import (
+    DelayRelay,
+    capped_rpc_server,
+    free_port,
+    netns_available,
+    netns_rpc_server,
+    rpc_available,
+    rpc_server,
+)
 
 NEAR_TIE_MARGIN = 1.1
 runner = CliRunner()
@@ -131,8 +141,6 @@ def test_a_relay_adds_latency_and_generation_still_works(servers: list[Endpoint]
 @needs_rpc
 def test_a_server_that_dies_mid_generation_is_one_line_and_an_exit_not_a_hang(model_path: Path) -> None:
     import os
-    import subprocess
-    import sys
 
     from tests.conftest import ROOT
 
@@ -165,28 +173,54 @@ def test_a_server_without_room_for_its_layers_is_one_line_that_names_it(model_pa
     assert_one_line_error(result.exit_code, result.output, str(endpoint), "no room", "layers", "--tensor-split")
 
 
+def _run_over(endpoint: Endpoint, model_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`localspec run` in a process of its own: a server that hangs up makes llama.cpp abort it (one line, exit)."""
+    from tests.conftest import ROOT
+
+    return subprocess.run([sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--drafter", "none",
+                           "-n", "2", "--model", str(model_path), *args, "hello"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
 @needs_rpc
 def test_a_server_without_room_for_the_context_is_one_line_that_says_ctx(model_path: Path) -> None:
     with capped_rpc_server(mem=500) as endpoint:
-        result = runner.invoke(app, ["run", "hello", "--model", str(model_path), "--rpc", str(endpoint),
-                                     "--drafter", "none", "-n", "2"])
-        assert result.exit_code == 0, result.output  # the layers, their tensors in transit and 4096 tokens fit
-        result = runner.invoke(app, ["run", "hello", "--model", str(model_path), "--rpc", str(endpoint),
-                                     "--drafter", "none", "-n", "2", "--ctx", "32768"])
-    assert_one_line_error(result.exit_code, result.output, str(endpoint), "no room", "--ctx")
+        done = _run_over(endpoint, model_path)
+        assert done.returncode == 0, done.stderr  # the layers, their tensors in transit and 4096 tokens fit
+        done = _run_over(endpoint, model_path, "--ctx", "32768")
+    assert_one_line_error(done.returncode, done.stderr, str(endpoint), "no room", "--ctx")
 
 
 @needs_rpc
 def test_a_server_that_cannot_receive_the_layers_is_one_line_not_a_lost_server(model_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
     # room for the layers (235 MiB), not for them and the 170 MiB embedding in transit: the server hangs up, and
     # llama.cpp aborts the client
     with capped_rpc_server(mem=300) as endpoint:
-        done = subprocess.run([sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--drafter", "none",
-                               "-n", "2", "--model", str(model_path), "hello"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
+        done = _run_over(endpoint, model_path)
     assert_one_line_error(done.returncode, done.stderr, str(endpoint), "no room to receive", "--mem")
+
+
+@needs_rpc
+@pytest.mark.skipif(not netns_available(), reason="needs root and ip netns to cut a link")
+def test_a_server_whose_link_goes_dead_mid_generation_is_one_line_not_a_hang(model_path: Path) -> None:
+    import os
+
+    from tests.conftest import ROOT
+
+    # no reset ever comes from a machine that is gone: only the connections' keepalive and user timeout end the wait
+    with netns_rpc_server() as (endpoint, cut):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--ctx", "4096", "-n", "3000",
+             "--drafter", "none", "--model", str(model_path), "Count from one to a thousand in words:"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONIOENCODING": "utf-8", "LOCALSPEC_RPC_DEAD_AFTER": "4"})
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.read(1)  # generating
+            cut()
+            _, err = proc.communicate(timeout=90)
+        finally:
+            proc.kill()
+    lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+    assert proc.returncode == 1, err
+    assert lines[-1].startswith("localspec: error: lost an RPC server") and str(endpoint) in lines[-1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -94,12 +95,16 @@ def rpc_server(
         if device:
             cmd += ["--device", device]
     proc = subprocess.Popen(cmd)
+    # stopped by SIGTERM (a service manager, kill): stop the server too, as Ctrl-C does, instead of orphaning it
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         if mem is not None:
             with user_errors():
                 from localspec.engine.rpc import Endpoint
 
-                cap_memory(proc, Endpoint(host if is_loopback(host) else "127.0.0.1", port), mem, n_threads)
+                # a wildcard address listens on loopback too; a given one is asked where it listens
+                probe = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host.strip("[]")
+                cap_memory(proc, Endpoint(probe, port), mem, n_threads)
             print(f"localspec: the RPC server may allocate {mem} MiB for clients", file=sys.stderr)
         code = proc.wait()
     except KeyboardInterrupt:
@@ -110,6 +115,10 @@ def rpc_server(
         proc.kill()
         raise
     raise typer.Exit(code)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def cap_memory(proc: subprocess.Popen[bytes], endpoint: Endpoint, mib: int, threads: int) -> None:

@@ -89,7 +89,7 @@ class Context:
         handle = llama_cpp.llama_init_from_model(model.handle, params)
         if not handle:
             self._free_chains()
-            full = no_room(recent_log(), f"a {n_ctx}-token context (its KV cache and compute buffers)",
+            full = no_room(recent_log(), f"the context ({n_ctx} tokens in all: its KV cache and compute buffers)",
                            "try a smaller --ctx, give it a smaller share with --tensor-split") if model.remote else None
             if full is not None:
                 raise ContextFullError(str(full))

@@ -142,12 +142,49 @@ def _exit_in_one_line_on_abort(ggml: ctypes.CDLL, endpoints: list[Endpoint]) -> 
                     "it a smaller share with --tensor-split, or start it with a larger --mem\n")
         else:
             line = (f"localspec: error: lost an RPC server ({names}): {detail or 'llama.cpp aborted'}; check that "
-                    "every server still runs, then run again\n")
+                    "every server still runs and can be reached, then run again\n")
         os.write(2, line.encode())
         os._exit(2 if _sending else 1)  # not a return: llama.cpp would abort() after it
 
     _on_abort = _ABORT_CALLBACK(on_abort)
     ggml.ggml_set_abort_callback(_on_abort)
+
+
+DEAD_AFTER = 30.0  # seconds a server may leave TCP unanswered before its connection counts as gone
+
+
+def watch_connections(endpoints: list[Endpoint]) -> int:
+    """llama.cpp waits on its RPC sockets without a timeout, so a server whose machine or link goes away (no reset
+    ever arrives) would hang the client for good. Its connections to ``endpoints`` get TCP keepalive and a user
+    timeout: the kernel ends one that goes unanswered for about DEAD_AFTER seconds ($LOCALSPEC_RPC_DEAD_AFTER), and
+    llama.cpp's abort that follows is the one line of the abort callback. (A server that is busy still answers at the
+    TCP level; only a frozen process would not be caught.) Linux; returns the connections set."""
+    if not hasattr(socket, "TCP_USER_TIMEOUT"):
+        return 0
+    dead_after = float(os.environ.get("LOCALSPEC_RPC_DEAD_AFTER", DEAD_AFTER))
+    peers = set()
+    for endpoint in endpoints:
+        with contextlib.suppress(OSError):
+            peers |= {(info[4][0], endpoint.port) for info in socket.getaddrinfo(endpoint.host, endpoint.port)}
+    done = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue  # not a socket
+        with sock:
+            try:
+                if sock.type != socket.SOCK_STREAM or sock.getpeername()[:2] not in peers:
+                    continue
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, max(1, round(dead_after / 3)))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, round(dead_after / 6)))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, round(dead_after * 1000))
+                done += 1
+            except OSError:
+                continue
+    return done
 
 
 # ggml-alloc's line for a buffer a backend refused; an RPC server's buffer type is named RPC<device>[<endpoint>]
@@ -162,7 +199,7 @@ def no_room(log: str, what: str, fix: str) -> UserError | None:
         return None
     endpoint, size = refused[-1]
     return UserError(f"the RPC server at {endpoint} has no room for {int(size) / 2**20:.0f} MiB of {what}: {fix}, "
-                     "or start it with a larger --mem")
+                     "or free memory there (a larger --mem, if it runs under localspec rpc-server --mem)")
 
 
 def describe(device: int) -> str:

@@ -150,17 +150,21 @@ def choose_reads(
     """Read greedy passes the cheaper way on this device (cached like the pass costs; timed once, in a second or
     two; ``again``: timed now): turns the context's backend sampler on or off (``Context.use_backend_sampler``).
     None where there is no choice (no backend sampler)."""
-    if not ctx.can_sample or n_max < 1:
+    if not ctx.can_sample or n_max < 1 or not ctx.model.can_rollback:  # timing rolls each pass back
         return None
     layers = offloaded_layers(gpu_layers, ctx.model.n_layer, remote=bool(ctx.model.remote))
     path = cache_path(model_hash, device_name(layers, ctx.model.remote), threads, layers, n_max, True, "reads")
     reads = None if again else _read_reads(path)
     if reads is None:
         ctx.use_backend_sampler(True)
+        load = _OtherLoad()
         reads = _time_reads(ctx, n_max, rounds, cancelled)
-        with contextlib.suppress(OSError):  # a read-only cache: timed again next time
-            atomic_write_text(path, json.dumps({"ids": reads.ids, "measured": reads.measured, "seconds": {
-                how: {str(n): t for n, t in by_n.items()} for how, by_n in reads.seconds.items()}}, indent=1))
+        others = load.cores()
+        # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
+        if others is None or others < _BUSY_CORES:
+            with contextlib.suppress(OSError):
+                atomic_write_text(path, json.dumps({"ids": reads.ids, "measured": reads.measured, "seconds": {
+                    how: {str(n): t for n, t in by_n.items()} for how, by_n in reads.seconds.items()}}, indent=1))
     ctx.use_backend_sampler(reads.ids)
     return reads
 
