@@ -432,9 +432,9 @@ def no_model(settings: Settings) -> Any:
 
 def screen_text(app: ChatApp, widget: Any) -> str:
     """What the terminal shows where ``widget`` is (its border included), line by line."""
-    region = widget.region
+    region = widget.region  # its top may be scrolled out of sight (y < 0): a negative index would count from the end
     strips = app.screen._compositor.render_strips()
-    return "\n".join(strip.crop(region.x, region.right).text for strip in strips[region.y:region.bottom])
+    return "\n".join(strip.crop(region.x, region.right).text for strip in strips[max(region.y, 0):region.bottom])
 
 
 def test_the_speedup_is_an_estimate_never_above_the_tokens_per_pass(tmp_path: Path) -> None:
