@@ -1,7 +1,8 @@
 #!/bin/bash
 # The live GPU check, on a GPU machine set up by ../shared/gpu/README.md (after `source $HOME/g/device-env.sh`), from
 # the project root. Every step runs on, whatever the one before it did; outputs go to ${OUT:-gpu-out}/.
-#   1. CUDA load and import order: `localspec run` with all layers offloaded, and the GPU-relevant tests
+#   1. CUDA load and import order: `localspec run` with all layers offloaded, which way passes are read back
+#      (`localspec calibrate`), and the GPU-relevant tests
 #      (backend sampling, trees, batch lanes, import order, defaults) on the CUDA build.
 #   2. Adaptive against fixed draft lengths, and token trees, on the built-in suite (`bench`, 3 rounds).
 #   3. The batch scheduler: the suite as one batch of auto / 8 / 16 sequences beside one at a time.
@@ -21,6 +22,11 @@ if has 1; then
   step "run, all layers on the GPU"
   timeout 120 $py -m localspec run "Write one sentence about the sea." -n 32 --json > "$OUT/run.json" 2> "$OUT/run.err"
   echo "rc=$?" | tee -a "$OUT/log.txt"; tail -c 600 "$OUT/run.json"; tail -n 5 "$OUT/run.err"
+  step "how passes are read back here (backend sampler or logits), and the pass costs"
+  # on these CPUs the logits won (8-14% a pass) and over RPC by far; NOTES.md measured the sampler 0-10% cheaper
+  # on an H100: choose_reads should keep it there
+  timeout 180 $py -m localspec calibrate > "$OUT/calibrate.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"
+  grep "read back" "$OUT/calibrate.txt" | tee -a "$OUT/log.txt"
   step "run --verbose"
   timeout 120 $py -m localspec run "Hi" -n 4 --verbose > /dev/null 2> "$OUT/verbose.err"; echo "rc=$?" | tee -a "$OUT/log.txt"
   step "tests on the CUDA build"
