@@ -107,7 +107,7 @@ class Runtime(Prompts):
                                               n_seq=speculation.branches))
             # token ids from the backend sampler, or logits: whichever this device reads a pass back faster
             reads = choose_reads(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, greedy_rows,
-                                 cancelled=cancelled)
+                                 say=say, cancelled=cancelled)
             if ctx.n_ctx != runtime.n_ctx:
                 why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
                        else "llama.cpp sizes contexts in steps of 256")
@@ -255,7 +255,7 @@ class BatchRuntime(Prompts):
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                          greedy_rows=n_max) as probe:
                 reads = choose_reads(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, n_max,
-                                     cancelled=cancelled)
+                                     say=say, cancelled=cancelled)
                 calibration = load_or_measure(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
                                               n_max, say=say, cancelled=cancelled)
             costs = PassCosts(dict(calibration.seconds))

@@ -145,7 +145,7 @@ class Reads:
 
 def choose_reads(
     ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int, *, rounds: int = 3,
-    again: bool = False, cancelled: Callable[[], bool] | None = None,
+    again: bool = False, say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
 ) -> Reads | None:
     """Read greedy passes the cheaper way on this device (cached like the pass costs; timed once, in a second or
     two; ``again``: timed now): turns the context's backend sampler on or off (``Context.use_backend_sampler``).
@@ -156,6 +156,7 @@ def choose_reads(
     path = cache_path(model_hash, device_name(layers, ctx.model.remote), threads, layers, n_max, True, "reads")
     reads = None if again else _read_reads(path)
     if reads is None:
+        (say or to_stderr)("timing how this device reads a pass back (token ids or logits), once")
         ctx.use_backend_sampler(True)
         load = _OtherLoad()
         reads = _time_reads(ctx, n_max, rounds, cancelled)
