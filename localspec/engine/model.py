@@ -9,6 +9,7 @@ from pathlib import Path
 import llama_cpp
 
 from localspec.engine.backend import init_backend, offloaded_layers, recent_log
+from localspec.engine.rpc import no_room
 from localspec.engine.vocab import Vocab
 from localspec.errors import ModelLoadError
 
@@ -86,8 +87,6 @@ class Model:
             if cancelled is not None and cancelled():
                 raise KeyboardInterrupt
             if devices:
-                from localspec.engine.rpc import no_room
-
                 full = no_room(recent_log(), f"{self.path.name}'s layers",
                                "give it a smaller share with --tensor-split, add a server")
                 if full is not None:

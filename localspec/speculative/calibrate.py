@@ -20,7 +20,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -117,7 +117,7 @@ def device_name(gpu_layers: int, remote: str = "") -> str:
     return f"{gpu_backend_name()} GPU, {cpu}" if gpu_layers > 0 else cpu
 
 
-def cache_path(model_hash: str, device: str, threads: int, gpu_layers: int, n_max: int, argmax: bool,
+def cache_path(model_hash: str, device: str, threads: int, gpu_layers: int, n_max: int, argmax: bool = True,
                what: str = "") -> Path:
     # passes that return token ids (backend sampling) and passes that return logits cost differently; the device is
     # in the name because the CPU behind a machine can change from one day to the next
@@ -153,7 +153,7 @@ def choose_reads(
     if not ctx.can_sample or n_max < 1 or not ctx.model.can_rollback:  # timing rolls each pass back
         return None
     layers = offloaded_layers(gpu_layers, ctx.model.n_layer, remote=bool(ctx.model.remote))
-    path = cache_path(model_hash, device_name(layers, ctx.model.remote), threads, layers, n_max, True, "reads")
+    path = cache_path(model_hash, device_name(layers, ctx.model.remote), threads, layers, n_max, what="reads")
     reads = None if again else _read_reads(path)
     if reads is None:
         (say or to_stderr)("timing how this device reads a pass back (token ids or logits), once")
@@ -184,24 +184,12 @@ def _time_reads(ctx: Context, n_max: int, rounds: int, cancelled: Callable[[], b
     after a switch is not timed (llama.cpp rebuilds its graph then)."""
     sizes = sorted({1, max(1, n_max // 2), n_max})
     samples: dict[str, dict[int, list[float]]] = {how: {n: [] for n in sizes} for how in ("ids", "logits")}
-    tokens = _filler(ctx, n_max)
-    saved = list(ctx.tokens)
-
-    def run(how: str, n: int) -> float:
-        return _timed_pass(ctx, tokens[32 : 32 + n], how == "ids", cancelled)
-
-    ctx.clear()
-    try:
-        ctx.feed(tokens[:32])
+    with _timing_history(ctx, n_max) as tokens:
         for rep in range(rounds):
             for how in ("ids", "logits") if rep % 2 == 0 else ("logits", "ids"):
-                run(how, 1)  # after a switch llama.cpp rebuilds its graph: not timed
+                _timed_pass(ctx, tokens[:1], how == "ids", cancelled)  # llama.cpp rebuilds its graph: not timed
                 for n in sizes:
-                    samples[how][n].append(run(how, n))
-    finally:
-        ctx.clear()
-        if saved:
-            ctx.feed(saved)
+                    samples[how][n].append(_timed_pass(ctx, tokens[:n], how == "ids", cancelled))
     seconds = {how: {n: low_quantile(ts) for n, ts in by_n.items()} for how, by_n in samples.items()}
     ids = sum(seconds["ids"].values()) <= sum(seconds["logits"].values())
     return Reads(ids, seconds, f"timed {_now()}")
@@ -250,23 +238,19 @@ def measure(
     """Time the pass the loop will make for every size 1..n_max: ``rounds`` interleaved rounds after a warm-up,
     the one-token pass before and after; the cache is left as it was found, also when ``cancelled``. ``say`` is
     told ``what`` runs, and for about how long, once the first passes give the estimate."""
-    tokens = _filler(ctx, n_max)
-    saved = list(ctx.tokens)
     total = 1 + (rounds + 1) * n_max + 2 * _SINGLES
     done = 0
 
     def timed(n: int) -> float:
         nonlocal done
         # the pass the loop will make: token ids where llama.cpp samples in the graph, else logits
-        seconds = _timed_pass(ctx, tokens[32 : 32 + n], ctx.backend_sampling, cancelled)
+        seconds = _timed_pass(ctx, tokens[:n], ctx.backend_sampling, cancelled)
         done += 1
         if progress is not None:
             progress(done, total)
         return seconds
 
-    ctx.clear()
-    try:
-        ctx.feed(tokens[:32])
+    with _timing_history(ctx, n_max) as tokens:
         timed(1)  # the first pass allocates the graph
         load = _OtherLoad()
         first = [timed(1) for _ in range(_SINGLES)]
@@ -285,10 +269,6 @@ def measure(
                     samples[n].append(seconds)
         last = [timed(1) for _ in range(_SINGLES)]
         others = load.cores()
-    finally:
-        ctx.clear()
-        if saved:
-            ctx.feed(saved)
     seconds = {n: low_quantile(s) for n, s in samples.items()}
     when = _now()
     how = f"calibration, 25th percentile of {rounds} interleaved rounds, {when}"
@@ -312,10 +292,21 @@ def _timed_pass(ctx: Context, tokens: list[int], ids: bool, cancelled: Callable[
     return seconds
 
 
-def _filler(ctx: Context, n_max: int) -> list[int]:
-    """32 tokens of history, then n_max to time passes with."""
+@contextlib.contextmanager
+def _timing_history(ctx: Context, n_max: int) -> Iterator[list[int]]:
+    """The cache holds 32 tokens of filler while the block times passes of the n_max tokens it is given; then it
+    holds what it held before, also when the block is cancelled."""
     filler = ctx.model.vocab.tokenize(" the quick brown fox jumps over the lazy dog" * 4, add_special=True)
-    return (filler * (1 + (n_max + 32) // len(filler)))[: n_max + 32]
+    tokens = (filler * (1 + (n_max + 32) // len(filler)))[: n_max + 32]
+    saved = list(ctx.tokens)
+    ctx.clear()
+    try:
+        ctx.feed(tokens[:32])
+        yield tokens[32:]
+    finally:
+        ctx.clear()
+        if saved:
+            ctx.feed(saved)
 
 
 def _disturbed(others: float | None, first: list[float], last: list[float], samples: Mapping[int, list[float]]) -> str:
