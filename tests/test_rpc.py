@@ -3,12 +3,13 @@ and the checks that keep llama.cpp from aborting the process on a server it cann
 
 from __future__ import annotations
 
+import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -138,26 +139,60 @@ def test_a_relay_adds_latency_and_generation_still_works(servers: list[Endpoint]
             assert len(_greedy(rt, PROMPTS[1], 4)) == 4
 
 
-@needs_rpc
-def test_a_server_that_dies_mid_generation_is_one_line_and_an_exit_not_a_hang(model_path: Path) -> None:
+def _lose_it_mid_generation(endpoint: Endpoint, model_path: Path, lose: Callable[[], None],
+                            **env: str) -> list[str]:
+    """`localspec run` over ``endpoint`` in a process of its own (llama.cpp aborts it), ``lose`` called once it
+    generates: the lines it wrote to stderr, after checking it ended in one line and exit 1, not a hang."""
     import os
 
     from tests.conftest import ROOT
 
-    with rpc_server() as (endpoint, server):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--ctx", "4096", "-n", "3000",
-             "--drafter", "none", "--model", str(model_path), "Count from one to a thousand in words:"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--ctx", "4096", "-n", "3000",
+         "--drafter", "none", "--model", str(model_path), "Count from one to a thousand in words:"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8", **env})
+    try:
         assert proc.stdout is not None
         assert proc.stdout.read(1)  # generating
-        server.kill()
-        _, err = proc.communicate(timeout=120)
-    lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
-    assert proc.returncode == 1, err
+        lose()
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    text = err.decode("utf-8", "replace")
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert proc.returncode == 1, text
     assert lines[-1].startswith("localspec: error: lost an RPC server") and str(endpoint) in lines[-1]
-    assert "Traceback" not in err.decode() and "backtrace" not in err.decode().lower()
+    assert "Traceback" not in text and "backtrace" not in text.lower()
+    return lines
 
+
+@needs_rpc
+def test_a_server_that_dies_mid_generation_is_one_line_and_an_exit_not_a_hang(model_path: Path) -> None:
+    with rpc_server() as (endpoint, server):
+        _lose_it_mid_generation(endpoint, model_path, server.kill)
+
+
+@needs_rpc
+def test_a_server_that_freezes_mid_generation_is_one_line_not_a_hang(model_path: Path) -> None:
+    # a stopped process's kernel still answers TCP: only the receive timeout ends the wait for its reply
+    with rpc_server() as (endpoint, server):
+        try:
+            lines = _lose_it_mid_generation(endpoint, model_path, lambda: server.send_signal(signal.SIGSTOP),
+                                            LOCALSPEC_RPC_SILENT_AFTER="3")
+        finally:
+            server.send_signal(signal.SIGCONT)
+    assert "no reply came" in lines[-1]
+
+
+@needs_rpc
+@pytest.mark.parametrize("value", ["soon", "0"])
+def test_a_bad_silence_limit_is_one_line(model_path: Path, servers: list[Endpoint], value: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALSPEC_RPC_SILENT_AFTER", value)
+    result = runner.invoke(app, ["run", "hello", "--model", str(model_path), "--rpc", str(servers[0]),
+                                 "--drafter", "none", "-n", "2"])
+    assert_one_line_error(result.exit_code, result.output, "LOCALSPEC_RPC_SILENT_AFTER", "seconds")
 
 
 def test_rpc_server_mem_takes_mib() -> None:
@@ -203,24 +238,6 @@ def test_a_server_that_cannot_receive_the_layers_is_one_line_not_a_lost_server(m
 @needs_rpc
 @pytest.mark.skipif(not netns_available(), reason="needs root and ip netns to cut a link")
 def test_a_server_whose_link_goes_dead_mid_generation_is_one_line_not_a_hang(model_path: Path) -> None:
-    import os
-
-    from tests.conftest import ROOT
-
     # no reset ever comes from a machine that is gone: only the connections' keepalive and user timeout end the wait
     with netns_rpc_server() as (endpoint, cut):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--ctx", "4096", "-n", "3000",
-             "--drafter", "none", "--model", str(model_path), "Count from one to a thousand in words:"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONIOENCODING": "utf-8", "LOCALSPEC_RPC_DEAD_AFTER": "4"})
-        try:
-            assert proc.stdout is not None
-            assert proc.stdout.read(1)  # generating
-            cut()
-            _, err = proc.communicate(timeout=90)
-        finally:
-            proc.kill()
-    lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
-    assert proc.returncode == 1, err
-    assert lines[-1].startswith("localspec: error: lost an RPC server") and str(endpoint) in lines[-1]
+        _lose_it_mid_generation(endpoint, model_path, cut, LOCALSPEC_RPC_DEAD_AFTER="4")
