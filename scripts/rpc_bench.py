@@ -8,12 +8,14 @@ and n-gram at fixed k = 3, 7, 15. Local first, then every delay; prints one tabl
 
     scripts/setup --rpc
     .venv/bin/python scripts/rpc_bench.py [--delays 0,0.5,2] [--repeat 1] [--max-tokens 96] [--out bench-out/rpc]
+    .venv/bin/python scripts/rpc_bench.py --delays 0,0.5 --out bench-out/rpc --report   # the table of a past run
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -41,6 +43,7 @@ def bench(suite: Path, args: argparse.Namespace, rpc: str | None, out: Path) -> 
 
 
 def pass_costs(rpc: str, delay_ms: float, out: Path) -> dict[int, float]:
+    from localspec.machine import processor_name
     from localspec.models.embedded import ensure_default_model
     from localspec.runtime import Runtime
     from localspec.settings import RuntimeSettings, Settings, SpeculationSettings
@@ -52,7 +55,7 @@ def pass_costs(rpc: str, delay_ms: float, out: Path) -> dict[int, float]:
         seconds = measure(rt.context, 16, say=lambda _: None).seconds
         reads = rt.reads
     table = {
-        "device": f"llama.cpp RPC server on loopback (this 2-core CPU), {delay_ms:g} ms one way (relay)",
+        "device": f"llama.cpp RPC server on loopback ({processor_name()}), {delay_ms:g} ms one way (relay)",
         "model": "gemma-3-270m-q4_k_m.gguf",
         "measured": time.strftime("%Y-%m-%d") + ": localspec's calibration (scripts/rpc_bench.py)",
         "seconds_by_batch": {str(n): round(s, 6) for n, s in sorted(seconds.items())},
@@ -66,17 +69,27 @@ def pass_costs(rpc: str, delay_ms: float, out: Path) -> dict[int, float]:
 
 
 def table(results: dict[str, dict], costs: dict[str, dict[int, float]]) -> str:
-    """One row per setup: tok/s target-only, and each drafter's median speedup over it (bench's summary)."""
+    """One row per setup: tok/s target-only, each drafter's median speedup over it (bench's summary), and adaptive
+    against the best fixed k: by the median speedup, and by the geometric mean of the prompts' speedups."""
     names = DRAFTERS.split(",")
     lines = ["| setup | pass of 1 | pass of 8 / of 1 | " + " | ".join(
-        "target-only tok/s" if n == "none" else n for n in names) + " |", "|---" * (len(names) + 3) + "|"]
+        "target-only tok/s" if n == "none" else n for n in names) + " | adaptive / best fixed: median, gm |",
+        "|---" * (len(names) + 4) + "|"]
+    fixed = [n for n in names if ":k" in n]
     for setup, doc in results.items():
         s = {name: doc["summary"][name]["grounded"] for name in names}
         c = costs.get(setup)
         cost = f"{c[1] * 1000:.1f} ms | {c[8] / c[1]:.2f}" if c else "– | –"
         cells = [f"{s['none']['median_tokens_per_second']:.1f}"] + [f"{s[n]['median_speedup']:.2f}x" for n in names[1:]]
+        by_median = s["ngram"]["median_speedup"] / max(s[n]["median_speedup"] for n in fixed)
+        gm = {n: _geometric_mean([r["speedup"] for r in doc["results"] if r["drafter"] == n]) for n in names[1:]}
+        cells.append(f"{by_median:.2f}, {gm['ngram'] / max(gm[n] for n in fixed):.2f}")
         lines.append(f"| {setup} | {cost} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def main() -> None:
@@ -85,8 +98,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--out", default="bench-out/rpc")
+    ap.add_argument("--report", action="store_true", help="only print the table of what --out holds")
     args = ap.parse_args()
     out = ROOT / args.out
+    if args.report:
+        print(table(*_saved(out, [float(x) for x in args.delays.split(",")])))
+        return
     out.mkdir(parents=True, exist_ok=True)
     rows = [json.loads(line) for line in (ROOT / "localspec/bench_suites/default.jsonl").read_text().splitlines()]
     suite = out / "grounded.jsonl"
@@ -105,6 +122,16 @@ def main() -> None:
     (out / "all.json").write_text(json.dumps(results, indent=1))
     print(table(results, costs))
     print(f"raw results in {out}")
+
+
+def _saved(out: Path, delays: list[float]) -> tuple[dict[str, dict], dict[str, dict[int, float]]]:
+    results = {"local": json.loads((out / "local.json").read_text())}
+    costs = {}
+    for d in delays:
+        results[f"rpc d={d:g} ms"] = json.loads((out / f"rpc-d{d:g}.json").read_text())
+        saved = json.loads((out / f"costs-rpc-d{d:g}.json").read_text())["seconds_by_batch"]
+        costs[f"rpc d={d:g} ms"] = {int(n): t for n, t in saved.items()}
+    return results, costs
 
 
 class _nothing:
