@@ -36,6 +36,7 @@ _PROBE_K = 3
 # c_0 before any evidence: a kind of draft has to earn trust. 0.5 made a short generation on a GPU, where a draft
 # step costs ~30% more than a plain one, pay for drafts it never recovered (0.84x; 0.95x with 0.3: replay_tables.py)
 _PRIOR = 0.3
+_PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior (the previous position's estimate)
 # A tree must promise this much more than the best chain, and its width must have been seen this often: the policy
 # weighs some 50 shapes a step, and the best of many noisy estimates is biased up (scripts/replay_tables.py --trees:
 # the lowest prompt's trees ÷ chain is what these guard)
@@ -71,7 +72,7 @@ class _Survival:
         seen = len(self.reached)
         for j in range(k):
             n, a = (self.reached[j], self.accepted[j]) if j < seen else (0.0, 0.0)
-            c = (a + 2.0 * c) / (n + 2.0)
+            c = (a + _PRIOR_WEIGHT * c) / (n + _PRIOR_WEIGHT)
             survive *= c
             total += survive
             out.append(total)
