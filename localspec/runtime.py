@@ -334,17 +334,18 @@ def _open_target(
         model = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose,
                                           cancelled=cancelled))
         return name, path, model, notices
-    from localspec.engine import rpc
+    from localspec.engine import rpc, rpc_watch
 
     # checked and registered before llama.cpp sees them: it aborts on a server it cannot reach
     endpoints = rpc.parse_endpoints(list(runtime.rpc))
+    rpc_watch.limits()  # a bad value is one line now, not after the layers went over the network
     devices = rpc.devices(endpoints)
     with rpc.sending(f"{path.name}'s layers"):
         model = stack.enter_context(
             Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled,
                   devices=devices, tensor_split=runtime.tensor_split, remote=",".join(runtime.rpc))
         )
-    rpc.watch_connections(endpoints)
+    rpc_watch.watch_connections(endpoints)
     return name, path, model, notices
 
 

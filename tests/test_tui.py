@@ -116,7 +116,8 @@ def test_answer_streams_with_accepted_drafts_styled(model_path: Path) -> None:
             rt.set_drafter("none")
             plain = [t.id for e in rt.generator.generate(tokens, app.options.generation) if isinstance(e, Step)
                      for t in e.emitted]
-            same = next((i for i, (a, b) in enumerate(zip(plain, drafted, strict=False)) if a != b), None)
+            same = next((i for i, (a, b) in enumerate(zip(plain, drafted, strict=False)) if a != b),
+                        None if len(plain) == len(drafted) else min(len(plain), len(drafted)))  # one stopped early
             # where they part, the prediction's top two must be a near-tie (batch shapes move logits a little)
             return plain, (top2_gap(rt.model, tokens + plain[:same]) if same is not None else 0.0)
 

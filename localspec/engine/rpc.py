@@ -21,7 +21,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from localspec.engine.backend import ggml_lib, recent_log
+from localspec.engine import rpc_watch
+from localspec.engine.backend import ggml_lib
 from localspec.errors import UserError
 from localspec.settings import RPC_DEFAULT_PORT
 
@@ -141,8 +142,9 @@ def _exit_in_one_line_on_abort(ggml: ctypes.CDLL, endpoints: list[Endpoint]) -> 
                     "most likely it had no room to receive them (a tensor in transit takes room of its own); give "
                     "it a smaller share with --tensor-split, or start it with a larger --mem\n")
         else:
-            if "recv failed" in recent_log():  # a receive that timed out or was cut, not a connection closed
-                detail = "no reply came (a server stopped answering, or its machine or link went away)"
+            if rpc_watch.fired:
+                detail = (f"no reply came in {rpc_watch.fired:g} s (a server stopped answering: frozen, or busy "
+                          "longer than LOCALSPEC_RPC_SILENT_AFTER allows)")
             line = (f"localspec: error: lost an RPC server ({names}): {detail or 'llama.cpp aborted'}; check that "
                     "every server still runs and can be reached, then run again\n")
         os.write(2, line.encode())
@@ -150,62 +152,6 @@ def _exit_in_one_line_on_abort(ggml: ctypes.CDLL, endpoints: list[Endpoint]) -> 
 
     _on_abort = _ABORT_CALLBACK(on_abort)
     ggml.ggml_set_abort_callback(_on_abort)
-
-
-DEAD_AFTER = 30.0  # seconds a server may leave TCP unanswered before its connection counts as gone
-SILENT_AFTER = 120.0  # seconds a server may take to send a reply that is due before it counts as stopped
-
-
-def _seconds(variable: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(variable, default))
-    except ValueError:
-        raise UserError(f"{variable} must be a number of seconds, like {default:g}") from None
-    if not value > 0:
-        raise UserError(f"{variable} must be more than 0 seconds, like {default:g}")
-    return value
-
-
-def watch_connections(endpoints: list[Endpoint]) -> int:
-    """llama.cpp waits on its RPC sockets without a timeout, so a server whose machine or link goes away (no reset
-    ever arrives) would hang the client for good. Its connections to ``endpoints`` get TCP keepalive and a user
-    timeout: the kernel ends one that goes unanswered for about DEAD_AFTER seconds ($LOCALSPEC_RPC_DEAD_AFTER), and
-    llama.cpp's abort that follows is the one line of the abort callback.
-
-    A frozen server process (stopped, deadlocked) still answers at the TCP level, so that does not catch it: a
-    receive timeout does. llama.cpp only waits to receive while a reply is due (an idle connection waits on its
-    queue, not its socket), so no reply for SILENT_AFTER seconds ($LOCALSPEC_RPC_SILENT_AFTER) means a server that
-    stopped, unless one graph of its share takes longer than that (a long prompt's batch on a slow machine: raise
-    it). Linux; returns the connections set."""
-    if not hasattr(socket, "TCP_USER_TIMEOUT"):
-        return 0
-    dead_after = _seconds("LOCALSPEC_RPC_DEAD_AFTER", DEAD_AFTER)
-    silent_after = _seconds("LOCALSPEC_RPC_SILENT_AFTER", SILENT_AFTER)
-    timeval = struct.pack("ll", int(silent_after), int(silent_after % 1 * 1e6))
-    peers = set()
-    for endpoint in endpoints:
-        with contextlib.suppress(OSError):
-            peers |= {(info[4][0], endpoint.port) for info in socket.getaddrinfo(endpoint.host, endpoint.port)}
-    done = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            sock = socket.socket(fileno=os.dup(int(name)))
-        except OSError:
-            continue  # not a socket
-        with sock:
-            try:
-                if sock.type != socket.SOCK_STREAM or sock.getpeername()[:2] not in peers:
-                    continue
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, max(1, round(dead_after / 3)))
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, round(dead_after / 6)))
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, round(dead_after * 1000))
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-                done += 1
-            except OSError:
-                continue
-    return done
 
 
 # ggml-alloc's line for a buffer a backend refused; an RPC server's buffer type is named RPC<device>[<endpoint>]
