@@ -93,14 +93,22 @@ def watch_connections(endpoints: Iterable[HasAddress]) -> int:
 
 def _sockets(only: dict[int, str] | None = None) -> Iterator[tuple[int, str, socket.socket]]:
     """This process's sockets (``only``: those fds, still the same sockets) as (fd, inode, a duplicate to query)."""
+    if socket.getdefaulttimeout() is not None:
+        return  # a socket object made now would set O_NONBLOCK on llama.cpp's socket too: its recv would fail
     for name in os.listdir("/proc/self/fd") if only is None else map(str, only):
         try:
             inode = os.readlink(f"/proc/self/fd/{name}")
             if not inode.startswith("socket:") or (only is not None and only.get(int(name)) != inode):
                 continue
-            yield int(name), inode, socket.socket(fileno=os.dup(int(name)))
+            fd = os.dup(int(name))
         except OSError:
             continue  # closed meanwhile
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)  # no longer a socket: the number was reused meanwhile
+            continue
+        yield int(name), inode, sock
 
 
 def _waiting_in_recv() -> set[int]:
@@ -142,7 +150,10 @@ def _watch_silence(connections: dict[int, str], limit: float) -> None:
             alive += 1
             with sock, contextlib.suppress(OSError):
                 if fd in waiting and _silent_seconds(sock) >= limit:
-                    fired = limit
-                    sock.shutdown(socket.SHUT_RDWR)  # llama.cpp's recv returns: it aborts, and rpc.py says why
+                    fired = limit  # first: llama.cpp aborts, in its own thread, as soon as the socket is shut
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)  # its recv returns: it aborts, and rpc.py says why
+                    except OSError:
+                        fired = 0.0
         if not alive:
             return
