@@ -139,31 +139,40 @@ def test_a_relay_adds_latency_and_generation_still_works(servers: list[Endpoint]
             assert len(_greedy(rt, PROMPTS[1], 4)) == 4
 
 
-def _lose_it_mid_generation(endpoint: Endpoint, model_path: Path, lose: Callable[[], None],
-                            **env: str) -> list[str]:
-    """`localspec run` over ``endpoint`` in a process of its own (llama.cpp aborts it), ``lose`` called once it
-    generates: the lines it wrote to stderr, after checking it ended in one line and exit 1, not a hang."""
+def _run_while(endpoint: Endpoint, model_path: Path, n: int, meanwhile: Callable[[subprocess.Popen[bytes]], None],
+               **env: str) -> tuple[int, bytes, bytes]:
+    """`localspec run` over ``endpoint`` in a process of its own (llama.cpp may abort it), ``meanwhile`` called with
+    it once it generates: its exit code, stdout and stderr."""
     import os
 
     from tests.conftest import ROOT
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--ctx", "4096", "-n", "3000",
+        [sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "--ctx", "4096", "-n", str(n),
          "--drafter", "none", "--model", str(model_path), "Count from one to a thousand in words:"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONIOENCODING": "utf-8", **env})
     try:
         assert proc.stdout is not None
-        assert proc.stdout.read(1)  # generating
-        lose()
-        _, err = proc.communicate(timeout=90)
+        first = proc.stdout.read(1)
+        assert first  # generating
+        meanwhile(proc)
+        out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    return proc.returncode, first + out, err
+
+
+def _lose_it_mid_generation(endpoint: Endpoint, model_path: Path, lose: Callable[[], None],
+                            **env: str) -> list[str]:
+    """``lose`` the server while a long generation runs: the lines the client wrote to stderr, after checking it
+    ended in one line and exit 1, not a hang."""
+    code, _, err = _run_while(endpoint, model_path, 3000, lambda _: lose(), **env)
     text = err.decode("utf-8", "replace")
     lines = [line for line in text.splitlines() if line.strip()]
-    assert proc.returncode == 1, text
+    assert code == 1, text
     assert lines[-1].startswith("localspec: error: lost an RPC server") and str(endpoint) in lines[-1]
     assert "Traceback" not in text and "backtrace" not in text.lower()
     return lines
@@ -177,7 +186,7 @@ def test_a_server_that_dies_mid_generation_is_one_line_and_an_exit_not_a_hang(mo
 
 @needs_rpc
 def test_a_server_that_freezes_mid_generation_is_one_line_not_a_hang(model_path: Path) -> None:
-    # a stopped process's kernel still answers TCP: only the receive timeout ends the wait for its reply
+    # a stopped process's kernel still answers TCP: only the silence watchdog ends the wait for its reply
     with rpc_server() as (endpoint, server):
         try:
             lines = _lose_it_mid_generation(endpoint, model_path, lambda: server.send_signal(signal.SIGSTOP),
@@ -201,31 +210,18 @@ def test_a_bad_silence_limit_is_one_line_before_any_server_is_asked(
 def test_ctrl_z_and_fg_mid_generation_over_rpc_do_not_end_it(model_path: Path) -> None:
     # stopped longer than the silence limit: the time the client itself was stopped is not the server's silence
     # (and with a receive timeout on the socket, Linux would not even restart llama.cpp's recv after SIGCONT)
-    import os
     import time
 
-    from tests.conftest import ROOT
+    def stop_and_continue(proc: subprocess.Popen[bytes]) -> None:
+        for _ in range(4):  # most of a pass, the client waits on the server: some stop lands in that wait
+            time.sleep(0.2)
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(1.5)
+            proc.send_signal(signal.SIGCONT)
 
     with rpc_server() as (endpoint, _):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "localspec", "run", "--rpc", str(endpoint), "-n", "400", "--drafter", "none",
-             "--model", str(model_path), "Count from one to a thousand in words:"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONIOENCODING": "utf-8", "LOCALSPEC_RPC_SILENT_AFTER": "1"})
-        try:
-            assert proc.stdout is not None
-            assert proc.stdout.read(1)  # generating
-            for _ in range(4):  # most of a pass, the client waits on the server: some stop lands in that wait
-                time.sleep(0.2)
-                proc.send_signal(signal.SIGSTOP)
-                time.sleep(1.5)
-                proc.send_signal(signal.SIGCONT)
-            out, err = proc.communicate(timeout=90)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    assert proc.returncode == 0, err.decode("utf-8", "replace")
+        code, out, err = _run_while(endpoint, model_path, 400, stop_and_continue, LOCALSPEC_RPC_SILENT_AFTER="1")
+    assert code == 0, err.decode("utf-8", "replace")
     assert len(out) > 100
 
 
