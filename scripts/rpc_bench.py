@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import statistics
 import subprocess
 import sys
 import time
@@ -82,14 +82,11 @@ def table(results: dict[str, dict], costs: dict[str, dict[int, float]]) -> str:
         cost = f"{c[1] * 1000:.1f} ms | {c[8] / c[1]:.2f}" if c else "– | –"
         cells = [f"{s['none']['median_tokens_per_second']:.1f}"] + [f"{s[n]['median_speedup']:.2f}x" for n in names[1:]]
         by_median = s["ngram"]["median_speedup"] / max(s[n]["median_speedup"] for n in fixed)
-        gm = {n: _geometric_mean([r["speedup"] for r in doc["results"] if r["drafter"] == n]) for n in names[1:]}
+        gm = {n: statistics.geometric_mean([r["speedup"] for r in doc["results"] if r["drafter"] == n])
+              for n in names[1:]}
         cells.append(f"{by_median:.2f}, {gm['ngram'] / max(gm[n] for n in fixed):.2f}")
         lines.append(f"| {setup} | {cost} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _geometric_mean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def main() -> None:

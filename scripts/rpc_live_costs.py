@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from collections import defaultdict
@@ -87,7 +86,7 @@ def report(data: dict) -> str:
         ratios.append(med["adaptive"] / max(v for n, v in med.items() if n != "adaptive"))
         cells = [f"{med[n]:.1f} ({statistics.mean(drafted[prompt][n]):.1f})" for n in names]
         lines.append(f"| {prompt} | " + " | ".join(cells) + f" | {ratios[-1]:.2f} |")
-    gm = math.exp(statistics.mean(math.log(r) for r in ratios))
+    gm = statistics.geometric_mean(ratios)
     lines.append(f"\nadaptive / best fixed k per prompt: median {statistics.median(ratios):.2f}, geometric mean "
                  f"{gm:.2f}")
     return "\n".join(lines)
