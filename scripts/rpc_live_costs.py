@@ -8,6 +8,7 @@ reversed every round. Prints, per pass size, the calibrated figure against the 2
 live passes; then per prompt tok/s, the mean draft length, and adaptive ÷ the best fixed k.
 
     .venv/bin/python scripts/rpc_live_costs.py [--delay 2] [--rounds 2] [--k 3,7,15] [--out bench-out/rpc-live.json]
+    .venv/bin/python scripts/rpc_live_costs.py --report --steps edit-csv   # also: each adaptive run's draft lengths
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def measure(delay_ms: float, rounds: int, fixed: list[int]) -> dict:
     return {"delay_ms": delay_ms, "calibrated": calibrated, "runs": runs}
 
 
-def report(data: dict) -> str:
+def report(data: dict, steps: str | None = None) -> str:
     calibrated = {int(n): s for n, s in data["calibrated"].items()}
     live: dict[int, list[float]] = defaultdict(list)
     for run in data["runs"]:
@@ -89,6 +90,10 @@ def report(data: dict) -> str:
     gm = statistics.geometric_mean(ratios)
     lines.append(f"\nadaptive / best fixed k per prompt: median {statistics.median(ratios):.2f}, geometric mean "
                  f"{gm:.2f}")
+    for run in data["runs"] if steps else []:
+        if run["prompt"] == steps and run["k"] is None:
+            lines.append(f"{steps}, round {run['round'] + 1}, adaptive: drafted " + ", ".join(
+                str(n - 1) for n, _ in run["passes"]) + f" ({len(run['passes'])} passes)")
     return "\n".join(lines)
 
 
@@ -99,13 +104,14 @@ def main() -> None:
     ap.add_argument("--k", default="3,7,15", help="the fixed draft lengths to compare with")
     ap.add_argument("--out", default="bench-out/rpc-live.json")
     ap.add_argument("--report", action="store_true", help="only print the report of what --out holds")
+    ap.add_argument("--steps", metavar="PROMPT", help="also print the draft length of each adaptive pass on PROMPT")
     args = ap.parse_args()
     out = ROOT / args.out
     if not args.report:
         data = measure(args.delay, args.rounds, [int(k) for k in args.k.split(",")])
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(data))
-    print(report(json.loads(out.read_text())))
+    print(report(json.loads(out.read_text()), args.steps))
 
 
 if __name__ == "__main__":
