@@ -23,8 +23,8 @@ if has 1; then
   timeout 120 $py -m localspec run "Write one sentence about the sea." -n 32 --json > "$OUT/run.json" 2> "$OUT/run.err"
   echo "rc=$?" | tee -a "$OUT/log.txt"; tail -c 600 "$OUT/run.json"; tail -n 5 "$OUT/run.err"
   step "how passes are read back here (backend sampler or logits), and the pass costs"
-  # on these CPUs the logits won (8-14% a pass) and over RPC by far; NOTES.md measured the sampler 0-10% cheaper
-  # on an H100: choose_reads should keep it there
+  # on the CPUs measured the logits won (up to 14% a pass) and over RPC by far; the H100's shipped table has the
+  # sampler 6% dearer to 11% cheaper by pass size (localspec/costs/h100-gemma3-270m.json): which wins live?
   timeout 180 $py -m localspec calibrate > "$OUT/calibrate.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"
   grep "read back" "$OUT/calibrate.txt" | tee -a "$OUT/log.txt"
   step "run --verbose"

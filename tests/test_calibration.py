@@ -143,7 +143,7 @@ def test_greedy_passes_are_read_back_the_way_this_device_times_faster(
         # the next start takes the choice from the cache, whatever state the context is in
         context.use_backend_sampler(not reads.ids)
         again = choose_reads(context, "e" * 64, 2, 0, N_MAX)
-        assert context.backend_sampling == again.ids if again else False
+        assert again is not None and context.backend_sampling == again.ids
         if cache_path("e" * 64, device_name(0), 2, 0, N_MAX, what="reads").exists():  # not if others were busy
             assert again == reads
         # either way, the same token at every position: the choice is about cost only

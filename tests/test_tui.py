@@ -18,7 +18,7 @@ pytest.importorskip("textual")
 from textual.pilot import Pilot  # noqa: E402
 from textual.widgets import Sparkline, Static  # noqa: E402
 
-from localspec.bench.compare import NEAR_TIE_MARGIN  # noqa: E402
+from localspec.bench.compare import NEAR_TIE_MARGIN, first_divergence  # noqa: E402
 from localspec.cli.options import build_options
 from localspec.events import Finished, Step  # noqa: E402
 from localspec.settings import Settings  # noqa: E402
@@ -116,10 +116,9 @@ def test_answer_streams_with_accepted_drafts_styled(model_path: Path) -> None:
             rt.set_drafter("none")
             plain = [t.id for e in rt.generator.generate(tokens, app.options.generation) if isinstance(e, Step)
                      for t in e.emitted]
-            same = next((i for i, (a, b) in enumerate(zip(plain, drafted, strict=False)) if a != b),
-                        None if len(plain) == len(drafted) else min(len(plain), len(drafted)))  # one stopped early
+            parted = first_divergence(plain, drafted)  # a list that ends early parts where it ends
             # where they part, the prediction's top two must be a near-tie (batch shapes move logits a little)
-            return plain, (top2_gap(rt.model, tokens + plain[:same]) if same is not None else 0.0)
+            return plain, (top2_gap(rt.model, tokens + plain[:parted.position]) if parted is not None else 0.0)
 
         # on the app's engine thread, like all llama.cpp work (the context warns otherwise)
         plain, margin = app.engine.call(plain_ids_and_margin)

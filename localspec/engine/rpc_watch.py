@@ -29,9 +29,12 @@ import termios
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from localspec.errors import UserError
+
+if TYPE_CHECKING:
+    from localspec.engine.rpc import Endpoint
 
 DEAD_AFTER = 30.0  # seconds a server may leave TCP unanswered before its connection counts as gone
 SILENT_AFTER = 120.0  # seconds a server may take over a reply that is due before it counts as stopped
@@ -39,11 +42,6 @@ _RECVFROM = {"x86_64": 45, "aarch64": 207}.get(platform.machine())  # the syscal
 _LAST_DATA_SENT, _LAST_DATA_RECV = 44, 52  # ms since, in struct tcp_info (linux/tcp.h, stable since 2.6)
 
 fired = 0.0  # the limit, once the watchdog has shut a silent server's connection down (the abort's line says so)
-
-
-class HasAddress(Protocol):
-    host: str
-    port: int
 
 
 def limits() -> tuple[float, float]:
@@ -61,7 +59,7 @@ def _seconds(variable: str, default: float) -> float:
     return value
 
 
-def watch_connections(endpoints: Iterable[HasAddress]) -> int:
+def watch_connections(endpoints: Iterable[Endpoint]) -> int:
     """Watch llama.cpp's connections to ``endpoints`` (made when their layers loaded) both ways above; returns how
     many it found."""
     if not hasattr(socket, "TCP_USER_TIMEOUT"):
