@@ -4,6 +4,9 @@ Stdlib only, no side effects on import: ``scripts/setup`` runs it, ``tests/test_
 
     python scripts/llama_build.py cmake-args        print the CMAKE_ARGS to build with (a note on stderr)
     python scripts/llama_build.py describe          one line: what kind of build that is, and why
+    python scripts/llama_build.py tools rpc,anchors the CMake targets of the extra binaries those setup flags ask for
+    python scripts/llama_build.py tool-cmake-args   the -D flags that add llama.cpp's tools to llama-cpp-python's tree
+    python scripts/llama_build.py tree-ok DIR SRC ARGS  exit 0 if DIR is a build tree of SRC made with ARGS
     python scripts/llama_build.py installed         exit 0 if llama_cpp imports and is new enough
     python scripts/llama_build.py check MODEL.gguf  load MODEL and decode in a subprocess: ok or crashed
         [--expect-gpu]                              ... with every layer on the GPU, else exit 3
@@ -62,13 +65,68 @@ class PlatformInfo:
 # localspec never loads the multimodal library (tools/mtmd: clip, llava): not building it shortens the first setup,
 # and `import llama_cpp` does not need it (only llama_chat_format's image handlers import it, lazily)
 NO_MTMD = "-DLLAVA_BUILD=OFF"
+# The RPC backend is in every build: it is one small source file, and the test suite needs it. A build without it
+# made `scripts/run` then `scripts/test` (which needs it) build llama-cpp-python twice: 6 minutes on 2 cores.
+RPC = "-DGGML_RPC=on"
+
+# The binaries built beside the library, by the setup flag that asks for them. They are built once, on first need,
+# in the CMake tree pip built llama-cpp-python in (same sources, same flags), so they compile only their own files.
+TOOLS = {"rpc": ("ggml-rpc-server",), "anchors": ("llama-server", "llama-bench")}
+# What adds them to that tree: llama-cpp-python configures llama.cpp as a subproject, with its tools off. The web UI
+# is neither built (npm) nor downloaded (a prebuilt copy from a Hugging Face bucket): the load test needs the API.
+TOOL_CMAKE_ARGS = (
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+)
+# scripts/setup writes the CMAKE_ARGS a tree was configured with into it: a tree made with other flags is not reused
+ARGS_RECORD = ".localspec-cmake-args"
 
 
 def choose_cmake_args(info: PlatformInfo) -> str:
-    """The CMAKE_ARGS to build llama-cpp-python with on ``info``'s machine."""
+    """The CMAKE_ARGS to build llama-cpp-python with on ``info``'s machine.
+
+    The user's own CMAKE_ARGS are used as given, plus the RPC backend unless they say GGML_RPC themselves."""
     if info.user_cmake_args is not None and info.user_cmake_args.strip():
-        return info.user_cmake_args.strip()
-    return " ".join([*_platform_args(info), NO_MTMD])
+        user = info.user_cmake_args.strip()
+        return user if "GGML_RPC" in user else f"{user} {RPC}"
+    return " ".join([*_platform_args(info), NO_MTMD, RPC])
+
+
+def tool_targets(flags: str) -> list[str]:
+    """The CMake targets of the extra binaries that setup's ``flags`` (comma-separated: rpc, anchors) ask for."""
+    wanted = [f for f in flags.split(",") if f]
+    unknown = [f for f in wanted if f not in TOOLS]
+    if unknown:
+        raise ValueError(f"unknown tool group(s) {', '.join(unknown)}: known are {', '.join(TOOLS)}")
+    return [target for f in wanted for target in TOOLS[f]]
+
+
+def tree_reusable(build_dir: Path, source_dir: Path, cmake_args: str) -> tuple[bool, str]:
+    """Whether ``build_dir`` is a CMake tree configured from ``source_dir`` with ``cmake_args``, so that building
+    a tool there compiles only the tool. A tree from other sources or flags must go: CMake keeps cached values that
+    the new flags do not mention (a GGML_CUDA=on would outlive its removal)."""
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.is_file():
+        return False, "no build tree"
+    home = next(
+        (
+            line.partition("=")[2]
+            for line in cache.read_text(errors="replace").splitlines()
+            if line.startswith("CMAKE_HOME_DIRECTORY:")
+        ),
+        "",
+    )
+    if not home or Path(home).resolve() != source_dir.resolve() or not (source_dir / "CMakeLists.txt").is_file():
+        return False, f"the tree was configured from {home or 'unknown sources'}, not {source_dir}"
+    record = build_dir / ARGS_RECORD
+    recorded = record.read_text().strip() if record.is_file() else None
+    if recorded != cmake_args.strip():
+        return False, f"the tree was built with other CMAKE_ARGS ({recorded if recorded is not None else 'unknown'})"
+    return True, "reusable"
 
 
 def _platform_args(info: PlatformInfo) -> list[str]:
@@ -166,7 +224,7 @@ def detect() -> PlatformInfo:
 # --- is the installed build usable? -------------------------------------------------------------------------
 
 # Runs in a child process: load the model, decode one token, then a batch of 4 (the shape a speculative
-# verification pass has), and check the logits are finite. Prints "ok", whether GPU offload is compiled in and
+# verification pass has), and check the logits are finite. Prints "ok", whether there is a GPU to offload to and
 # how many layers llama.cpp says it offloaded (from its load log, which still goes to stderr). With "gpu" as
 # second argument, every layer is asked for on the GPU.
 _CHILD = r"""
@@ -220,7 +278,23 @@ for start, n in ((0, 1), (1, 4)):
 L.llama_batch_free(batch)
 L.llama_free(ctx)
 L.llama_model_free(model)
-print("ok gpu_offload=%d offloaded=%s" % (int(bool(L.llama_supports_gpu_offload())), offloaded[0]))
+
+# llama_supports_gpu_offload says yes for any RPC build (every build of ours), GPU or not: count the GPU devices
+# ggml registered instead (enum ggml_backend_dev_type: 1 GPU, 2 IGPU), through libggml beside libllama.
+def gpu_devices():
+    from pathlib import Path
+    lib_dir = Path(L.__file__).parent / "lib"
+    names = [p for n in ("libggml.so", "libggml.dylib", "ggml.dll") for p in [lib_dir / n] if p.exists()]
+    if not names:
+        return int(bool(L.llama_supports_gpu_offload()))
+    g = ctypes.CDLL(str(names[0]))
+    g.ggml_backend_dev_get.restype = ctypes.c_void_p
+    g.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    g.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    devices = (g.ggml_backend_dev_get(i) for i in range(g.ggml_backend_dev_count()))
+    return sum(g.ggml_backend_dev_type(d) in (1, 2) for d in devices)
+
+print("ok gpu_offload=%d offloaded=%s" % (int(gpu_devices() > 0), offloaded[0]))
 """
 
 
@@ -230,9 +304,7 @@ class CheckResult:
     message: str
 
 
-def check(
-    model: Path, python: str = sys.executable, expect_gpu: bool = False, timeout: float = 300.0
-) -> CheckResult:
+def check(model: Path, python: str = sys.executable, expect_gpu: bool = False, timeout: float = 300.0) -> CheckResult:
     """Load ``model`` and decode with the llama_cpp that ``python`` imports, in a subprocess.
 
     ``expect_gpu``: every layer is put on the GPU, and anything less (no GPU offload compiled in, or llama.cpp
@@ -264,7 +336,10 @@ def check(
         return CheckResult(BROKEN, f"llama_cpp is installed but not working ({why})\n{tail}")
     facts = dict(item.partition("=")[::2] for item in last.split()[1:])
     if expect_gpu and facts.get("gpu_offload") != "1":
-        return CheckResult(NO_GPU, "llama_cpp works but has no GPU offload (a CPU wheel from pip's cache?)")
+        return CheckResult(
+            NO_GPU,
+            "llama_cpp works but has no GPU offload here (a CPU build, a wheel from pip's cache, or no GPU device)",
+        )
     done, _, total = facts.get("offloaded", "none").partition("/")
     if expect_gpu and not (done.isdigit() and done == total):
         return CheckResult(
@@ -320,6 +395,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("cmake-args", help="print the CMAKE_ARGS to build llama-cpp-python with on this machine")
     sub.add_parser("describe", help="print what kind of build that is, and why")
+    p_tools = sub.add_parser("tools", help="print the CMake targets that setup's tool flags ask for")
+    p_tools.add_argument("flags", help="comma-separated: " + ", ".join(TOOLS))
+    sub.add_parser("tool-cmake-args", help="print the -D flags that add llama.cpp's tools to the build tree")
+    p_tree = sub.add_parser("tree-ok", help="exit 0 if BUILD_DIR is a tree of SOURCE_DIR made with CMAKE_ARGS")
+    p_tree.add_argument("build_dir", type=Path)
+    p_tree.add_argument("source_dir", type=Path)
+    p_tree.add_argument("cmake_args")
     p_inst = sub.add_parser("installed", help="exit 0 if llama_cpp imports and is new enough")
     p_inst.add_argument("--python", default=sys.executable)
     p_check = sub.add_parser("check", help="load MODEL and decode a token in a subprocess: ok or crashed")
@@ -337,6 +419,20 @@ def main(argv: list[str] | None = None) -> int:
                 print("llama_build: CMAKE_ARGS is set in the environment; using it as given", file=sys.stderr)
             print(choose_cmake_args(info))
         return 0
+    if args.command == "tools":
+        try:
+            print(" ".join(tool_targets(args.flags)))
+        except ValueError as exc:
+            print(f"llama_build: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if args.command == "tool-cmake-args":
+        print(" ".join(TOOL_CMAKE_ARGS))
+        return 0
+    if args.command == "tree-ok":
+        ok, why = tree_reusable(args.build_dir, args.source_dir, args.cmake_args)
+        print(why, file=sys.stderr)
+        return 0 if ok else 1
     if args.command == "installed":
         ok, message = installed(args.python)
         print(message, file=sys.stderr)
