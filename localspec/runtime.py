@@ -334,10 +334,11 @@ def _open_target(
         model = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose,
                                           cancelled=cancelled))
         return name, path, model, notices
+    from localspec.endpoints import parse_endpoints
     from localspec.engine import rpc, rpc_watch
 
     # checked and registered before llama.cpp sees them: it aborts on a server it cannot reach
-    endpoints = rpc.parse_endpoints(list(runtime.rpc))
+    endpoints = parse_endpoints(list(runtime.rpc))
     rpc_watch.limits()  # a bad value is one line now, not after the layers went over the network
     devices = rpc.devices(endpoints)
     with rpc.sending(f"{path.name}'s layers"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from localspec.endpoints import parse_endpoints
 from localspec.errors import UserError
 
 DRAFTERS = ("none", "ngram", "draft", "early-exit", "auto")
@@ -78,16 +79,12 @@ class RuntimeSettings:
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
             raise UserError(f"--gpu-layers must be -1 (all), 0 (CPU) or a count, got {self.n_gpu_layers}")
         if self.rpc:
-            from localspec.engine.rpc import parse_endpoints
-
             parse_endpoints(list(self.rpc))
         if self.tensor_split and (len(self.tensor_split) != len(self.rpc) or min(self.tensor_split) < 0
                                   or not sum(self.tensor_split)):
             raise UserError(f"--tensor-split takes one share per --rpc server ({len(self.rpc)}), each >= 0, "
                             f"got {','.join(f'{x:g}' for x in self.tensor_split)}")
 
-
-RPC_DEFAULT_PORT = 50052  # llama.cpp's rpc-server default
 
 # trees are opt-in: replayed on the shipped cost tables they paid on no prompt of ours (docs/performance.md)
 BRANCHES_DEFAULT = 1

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from localspec.cli.rpc_server import find_server, wait_until_listening
-from localspec.engine.rpc import Endpoint
+from localspec.endpoints import Endpoint
 
 
 def free_port() -> int:
@@ -170,3 +170,63 @@ def model_file() -> Path:
     from localspec.models.embedded import ensure_default_model
 
     return ensure_default_model(progress=False)
+
+
+class KillingRelay:
+    """127.0.0.1:``port`` → a real server (``proc`` at ``target``) until ``after`` bytes went to it; then the server
+    is killed and the relay closes with it, its port too: a server killed while a client uploads, at the same
+    point of the upload whatever the machine's speed."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], target: Endpoint, after: int) -> None:
+        self.proc, self.target, self.after = proc, target, after
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = Endpoint("127.0.0.1", self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def __enter__(self) -> KillingRelay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._kill()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection((self.target.host, self.target.port))
+            with self._lock:
+                self._open += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, counted: bool) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                if counted:
+                    with self._lock:
+                        self.sent += len(data)
+                        due = self.sent >= self.after
+                    if due:
+                        self._kill()
+                        return
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def _kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (Linux); the port closes
+        self._listener.close()
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv on it, so that close closes
+                sock.close()

@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from localspec.cli import app
-from localspec.engine.rpc import Endpoint, check, parse_endpoints
+from localspec.endpoints import Endpoint, parse_endpoints
+from localspec.engine.rpc import check
 from localspec.errors import UserError
 from localspec.events import Step
 from localspec.runtime import Runtime
@@ -25,6 +26,7 @@ from tests.conftest import assert_one_line_error
 from tests.near_ties import top2_gap
 from tests.rpc_helpers import (
     DelayRelay,
+    KillingRelay,
     capped_rpc_server,
     free_port,
     netns_available,
@@ -84,6 +86,35 @@ def test_the_rpc_server_listens_on_loopback_unless_the_risk_is_named() -> None:
     assert_one_line_error(result.exit_code, result.output, "--allow-unauthenticated-remote", "SSH tunnel")
     result = runner.invoke(app, ["rpc-server", "--port", "0"])
     assert_one_line_error(result.exit_code, result.output, "--port")
+
+
+def test_an_empty_rpc_is_refused_not_run_here() -> None:
+    # an unset variable in a script (--rpc "$SERVERS") must not quietly put the model on this machine
+    for command in ("run", "bench"):
+        result = runner.invoke(app, [command, "hello", "--rpc", ""] if command == "run" else [command, "--rpc", ""])
+        assert_one_line_error(result.exit_code, result.output, "--rpc is empty", "leave --rpc out")
+    result = runner.invoke(app, ["run", "hello", "--rpc", "127.0.0.1:1,"])
+    assert_one_line_error(result.exit_code, result.output, "--rpc takes HOST:PORT")
+
+
+def test_rpc_server_on_a_taken_port_is_one_line_and_exit_2() -> None:
+    # llama.cpp's server says "Failed to create server socket" and exits 0: a supervisor would think it runs
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = runner.invoke(app, ["rpc-server", "--port", str(port)])
+    assert_one_line_error(result.exit_code, result.output, f"port {port}", "taken", "--port")
+
+
+def test_rpc_server_host_must_be_an_ipv4_address_of_this_machine() -> None:
+    result = runner.invoke(app, ["rpc-server", "--host", "localhost"])
+    assert_one_line_error(result.exit_code, result.output, "IPv4", "127.0.0.1")
+    result = runner.invoke(app, ["rpc-server", "--host", "10.255.255.1", "--allow-unauthenticated-remote"])
+    assert_one_line_error(result.exit_code, result.output, "not an address of this machine")
+
+
+def test_rpc_server_with_an_unknown_device_names_the_devices_here() -> None:
+    result = runner.invoke(app, ["rpc-server", "--port", str(free_port()), "--device", "CPU,nosuchdev"])
+    assert_one_line_error(result.exit_code, result.output, "'nosuchdev'", "CPU (")
 
 
 def test_tensor_split_needs_one_share_per_server() -> None:
@@ -263,6 +294,18 @@ def test_a_server_that_cannot_receive_the_layers_is_one_line_not_a_lost_server(m
     with capped_rpc_server(mem=300) as endpoint:
         done = _run_over(endpoint, model_path)
     assert_one_line_error(done.returncode, done.stderr, str(endpoint), "no room to receive", "--mem")
+
+
+@needs_rpc
+def test_a_server_killed_while_the_layers_upload_is_named_as_gone_not_short_of_room(model_path: Path) -> None:
+    # killed when 16 of the layers' 235 MiB went over: it answers no more, so "no room ... --mem" would mislead
+    with rpc_server() as (endpoint, server), KillingRelay(server, endpoint, after=16 << 20) as relay:
+        done = _run_over(relay.endpoint, model_path)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"localspec: error: the RPC server at {relay.endpoint} (connection refused) went "
+                               "away while"), lines[0]
+    assert "--mem" not in lines[0] and "Traceback" not in done.stderr
 
 
 @needs_rpc

@@ -111,7 +111,8 @@ def _floats(value: str | None) -> tuple[float, ...]:
 # options given as one string (or repeated) that settings hold as tuples
 _LISTS: dict[str, Callable[[Any], tuple[Any, ...]]] = {
     "stop": lambda value: tuple(value or ()),
-    "rpc": lambda value: tuple(p.strip() for p in value.split(",")) if value else (),
+    # `--rpc ""` stays a value, so that the settings refuse it instead of quietly running here
+    "rpc": lambda value: tuple(p.strip() for p in value.split(",")) if value is not None else (),
     "tensor_split": _floats,
 }
 

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from localspec.cli import app, user_errors
 from localspec.cli.serve import is_loopback
+from localspec.endpoints import RPC_DEFAULT_PORT, Endpoint
 from localspec.errors import UserError
-from localspec.settings import RPC_DEFAULT_PORT
-
-if TYPE_CHECKING:
-    from localspec.engine.rpc import Endpoint
 
 BINARY = "ggml-rpc-server"
 RISK_FLAG = "--allow-unauthenticated-remote"
@@ -86,6 +86,9 @@ def rpc_server(
         if not is_loopback(host) and not allow_remote:
             raise UserError(f"--host {host} would let anyone who reaches this machine run code in it (RPC has no "
                             f"authentication): use an SSH tunnel instead, or pass {RISK_FLAG} if you accept that")
+        check_can_listen(host, port)
+        if device is not None:
+            check_devices(device)
         binary = find_server()
         if not is_loopback(host):
             print(f"localspec: warning: the RPC server listens on {host} without authentication or encryption",
@@ -100,8 +103,6 @@ def rpc_server(
     try:
         if mem is not None:
             with user_errors():
-                from localspec.engine.rpc import Endpoint
-
                 # a wildcard address listens on loopback too; a given one is asked where it listens
                 probe = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host.strip("[]")
                 cap_memory(proc, Endpoint(probe, port), mem, n_threads)
@@ -110,11 +111,52 @@ def rpc_server(
     except KeyboardInterrupt:
         proc.terminate()
         proc.wait()
-        code = 0
+        raise typer.Exit(0) from None
     except BaseException:
         proc.kill()
         raise
+    if code == 0:
+        # it never returns while it serves: an exit of its own is a failure it reported with 0 (its line above,
+        # e.g. "Failed to create server socket": the port was taken after the check), and a supervisor must see it
+        with user_errors():
+            raise UserError(f"{BINARY} stopped by itself without serving on {host}:{port} (its reason is above)")
     raise typer.Exit(code)
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Bind ``host:port`` as llama.cpp's server will (IPv4, SO_REUSEADDR) and let go: where that fails, the server
+    would print "Failed to create server socket" and exit 0, which a script or a supervisor takes for running."""
+    try:
+        socket.inet_aton(host)  # llama.cpp reads --host with inet_addr: an IPv4 address, no name
+    except OSError:
+        raise UserError(f"--host takes an IPv4 address such as 127.0.0.1 (llama.cpp's RPC server listens on IPv4 "
+                        f"only), got {host!r}") from None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as llama.cpp: a port in TIME_WAIT is free
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise UserError(f"port {port} on {host} is taken (another rpc-server?): stop what listens there, or "
+                                "pick another --port") from None
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise UserError(f"--host {host} is not an address of this machine: give one of its own") from None
+            if e.errno == errno.EACCES:
+                raise UserError(f"port {port} needs privileges here (below 1024): pick another --port") from None
+            raise UserError(f"cannot listen on {host}:{port} ({(e.strerror or str(e)).lower()})") from None
+
+
+def check_devices(spec: str) -> None:
+    """Every name in ``--device`` is a device of this machine (llama.cpp's server would print its raw list and exit
+    1), or one line that names those it has. The server is built from the same llama.cpp, so it has the same."""
+    from localspec.engine.rpc import local_devices
+
+    here = local_devices()
+    names = {name.lower() for name, _ in here}  # ggml_backend_dev_by_name ignores case
+    for wanted in re.split(r"[,/]+", spec):  # how ggml-rpc-server splits the list
+        if wanted.lower() not in names:
+            offered = ", ".join(f"{name} ({about})" for name, about in here)
+            raise UserError(f"--device {wanted!r} is not a device of this machine; it has: {offered}")
 
 
 def _interrupt(signum: int, frame: object) -> None:

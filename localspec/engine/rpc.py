@@ -19,54 +19,22 @@ import re
 import socket
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from localspec.endpoints import CONNECT_TIMEOUT, Endpoint
 from localspec.engine import rpc_watch
 from localspec.engine.backend import ggml_lib
 from localspec.errors import UserError
-from localspec.settings import RPC_DEFAULT_PORT
 
 # this llama.cpp's protocol (ggml/include/ggml-rpc.h of the vendored source): major must match, minor not be newer
 PROTO_MAJOR, PROTO_MINOR = 7, 0
 _HELLO = 14  # RPC_CMD_HELLO, fixed across versions so that any two can say which they are
 _CAPS = 24  # RPC_CONN_CAPS_SIZE: transport capabilities (RDMA); all zero: plain TCP
-CONNECT_TIMEOUT = 5.0
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def parse_endpoints(spec: str | list[str]) -> list[Endpoint]:
-    """``HOST:PORT[,HOST:PORT…]`` (or a list of them) → endpoints; a one-line UserError for anything else."""
-    parts = spec if isinstance(spec, list) else spec.split(",")
-    out: list[Endpoint] = []
-    for part in (p.strip() for p in parts):
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UserError(f"--rpc takes HOST:PORT[,HOST:PORT...], got {part!r} (e.g. 127.0.0.1:{RPC_DEFAULT_PORT})")
-        out.append(Endpoint(host.strip("[]"), int(port)))
-    if len(set(out)) != len(out):
-        raise UserError(f"--rpc names a server twice: {spec}")
-    return out
 
 
 def hello(endpoint: Endpoint, timeout: float = CONNECT_TIMEOUT) -> tuple[int, int, int]:
     """The server's protocol version, asked as llama.cpp asks it; UserError if it cannot be asked."""
     try:
-        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout) as sock:
-            sock.sendall(struct.pack("<BQ", _HELLO, _CAPS) + bytes(_CAPS))
-            head = _recv(sock, 8)
-            (size,) = struct.unpack("<Q", head)
-            if size < 3 or size > 4096:
-                raise UserError(f"{endpoint} answered, but not as an RPC server of llama.cpp: is that the port?")
-            major, minor, patch = _recv(sock, size)[:3]
-            return major, minor, patch
+        return _ask_version(endpoint, timeout)
     except TimeoutError:
         raise UserError(f"the RPC server at {endpoint} did not answer within {timeout:g} s: is it running, and "
                         "reachable (an SSH tunnel, a firewall)?") from None
@@ -75,6 +43,17 @@ def hello(endpoint: Endpoint, timeout: float = CONNECT_TIMEOUT) -> tuple[int, in
                         f"`localspec rpc-server --port {endpoint.port}`") from None
     except OSError as e:
         raise UserError(f"cannot reach the RPC server at {endpoint} ({_why(e)})") from None
+
+
+def _ask_version(endpoint: Endpoint, timeout: float) -> tuple[int, int, int]:
+    with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout) as sock:
+        sock.sendall(struct.pack("<BQ", _HELLO, _CAPS) + bytes(_CAPS))
+        head = _recv(sock, 8)
+        (size,) = struct.unpack("<Q", head)
+        if size < 3 or size > 4096:
+            raise UserError(f"{endpoint} answered, but not as an RPC server of llama.cpp: is that the port?")
+        major, minor, patch = _recv(sock, size)[:3]
+        return major, minor, patch
 
 
 def check(endpoints: list[Endpoint]) -> None:
@@ -137,7 +116,11 @@ def _exit_in_one_line_on_abort(ggml: ctypes.CDLL, endpoints: list[Endpoint]) -> 
 
     def on_abort(message: bytes | None) -> None:
         detail = (message or b"").decode("utf-8", "replace").strip().rsplit(": ", 1)[-1]
-        if _sending:
+        gone = _gone(endpoints) if _sending else None
+        if gone:
+            line = (f"localspec: error: the RPC server at {gone} went away while {_sending} went to it: start it "
+                    "again there (localspec rpc-server), then run again\n")
+        elif _sending:
             line = (f"localspec: error: an RPC server ({names}) closed the connection while {_sending} went to it: "
                     "most likely it had no room to receive them (a tensor in transit takes room of its own); give "
                     "it a smaller share with --tensor-split, or start it with a larger --mem\n")
@@ -148,10 +131,25 @@ def _exit_in_one_line_on_abort(ggml: ctypes.CDLL, endpoints: list[Endpoint]) -> 
             line = (f"localspec: error: lost an RPC server ({names}): {detail or 'llama.cpp aborted'}; check that "
                     "every server still runs and can be reached, then run again\n")
         os.write(2, line.encode())
-        os._exit(2 if _sending else 1)  # not a return: llama.cpp would abort() after it
+        os._exit(2 if _sending and not gone else 1)  # not a return: llama.cpp would abort() after it
 
     _on_abort = _ABORT_CALLBACK(on_abort)
     ggml.ggml_set_abort_callback(_on_abort)
+
+
+def _gone(endpoints: list[Endpoint]) -> str | None:
+    """The first server that no longer answers HELLO, with why; None if all do. A server with no room for a tensor
+    hangs up on that client only and listens again; one that was killed, crashed or stopped does not answer."""
+    for endpoint in endpoints:
+        try:
+            _ask_version(endpoint, CONNECT_TIMEOUT)
+        except TimeoutError:
+            return f"{endpoint} (no answer within {CONNECT_TIMEOUT:g} s)"
+        except OSError as e:
+            return f"{endpoint} ({_why(e)})"
+        except UserError:
+            pass  # something answers there: not gone
+    return None
 
 
 # ggml-alloc's line for a buffer a backend refused; an RPC server's buffer type is named RPC<device>[<endpoint>]
@@ -167,6 +165,15 @@ def no_room(log: str, what: str, fix: str) -> UserError | None:
     endpoint, size = refused[-1]
     return UserError(f"the RPC server at {endpoint} has no room for {int(size) / 2**20:.0f} MiB of {what}: {fix}, "
                      "or free memory there (a larger --mem, if it runs under localspec rpc-server --mem)")
+
+
+def local_devices() -> list[tuple[str, str]]:
+    """This machine's devices as llama.cpp names them (CPU, CUDA0, …), with their descriptions: what
+    `localspec rpc-server --device` may offer."""
+    ggml = ggml_lib()
+    found = [ggml.ggml_backend_dev_get(i) for i in range(ggml.ggml_backend_dev_count())]
+    return [((ggml.ggml_backend_dev_name(d) or b"?").decode(), (ggml.ggml_backend_dev_description(d) or b"?").decode())
+            for d in found]
 
 
 def describe(device: int) -> str:

@@ -29,12 +29,9 @@ import termios
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
+from localspec.endpoints import Endpoint
 from localspec.errors import UserError
-
-if TYPE_CHECKING:
-    from localspec.engine.rpc import Endpoint
 
 DEAD_AFTER = 30.0  # seconds a server may leave TCP unanswered before its connection counts as gone
 SILENT_AFTER = 120.0  # seconds a server may take over a reply that is due before it counts as stopped
