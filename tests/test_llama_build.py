@@ -1,10 +1,12 @@
-"""scripts/llama_build.py: the CMAKE_ARGS chosen per platform, and the smoke check of the installed build."""
+"""scripts/llama_build.py: the CMAKE_ARGS chosen per platform, what setup builds once and reuses, and the smoke
+check of the installed build."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -29,7 +31,10 @@ PlatformInfo = lb.PlatformInfo
 AMX_FLAGS = ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
 
 LINUX_X86 = PlatformInfo(system="Linux", machine="x86_64", compiler_knows_amx=True)
-NO_MTMD = {"LLAVA_BUILD": "OFF"}  # every default build leaves out the multimodal library localspec never loads
+# every default build leaves out the multimodal library localspec never loads, and has the RPC backend the tests need
+DEFAULTS = {"LLAVA_BUILD": "OFF", "GGML_RPC": "on"}
+# the llama-cpp-python sources scripts/setup unpacked (and built from) in this checkout's .venv, if it did
+VENDORED = ROOT / ".venv" / "llama-cpp-python" / "src" / "vendor" / "llama.cpp"
 
 
 def _cmake_flags(args: str) -> dict[str, str]:
@@ -50,6 +55,7 @@ def test_linux_x86_cpu_switches_amx_off_and_keeps_the_native_build():
     assert flags["CMAKE_C_FLAGS"].split() == AMX_FLAGS
     assert flags["CMAKE_CXX_FLAGS"].split() == AMX_FLAGS
     assert "GGML_NATIVE" not in flags and "GGML_CUDA" not in flags
+    assert flags["GGML_RPC"] == "on"
     assert lb.describe(LINUX_X86) == "CPU, AMX off"
 
 
@@ -78,28 +84,28 @@ def test_nvcc_without_a_gpu_builds_for_the_cpu_and_says_why():
 def test_compiler_without_amx_support_needs_no_flags():
     # A compiler that rejects -mno-amx-tile cannot emit AMX either: the default build is safe there,
     # and the flags would break it.
-    assert _cmake_flags(lb.choose_cmake_args(replace(LINUX_X86, compiler_knows_amx=False))) == NO_MTMD
+    assert _cmake_flags(lb.choose_cmake_args(replace(LINUX_X86, compiler_knows_amx=False))) == DEFAULTS
 
 
 def test_apple_silicon_builds_metal():
     info = PlatformInfo(system="Darwin", machine="arm64")
-    assert _cmake_flags(lb.choose_cmake_args(info)) == {"GGML_METAL": "on", **NO_MTMD}
+    assert _cmake_flags(lb.choose_cmake_args(info)) == {"GGML_METAL": "on", **DEFAULTS}
     assert lb.describe(info) == "Metal"
 
 
 def test_intel_mac_uses_the_default_build():
-    assert _cmake_flags(lb.choose_cmake_args(PlatformInfo(system="Darwin", machine="x86_64"))) == NO_MTMD
+    assert _cmake_flags(lb.choose_cmake_args(PlatformInfo(system="Darwin", machine="x86_64"))) == DEFAULTS
 
 
 def test_aarch64_linux_uses_the_default_build_and_cuda_where_there_is_a_gpu():
     arm = PlatformInfo(system="Linux", machine="aarch64")
-    assert _cmake_flags(lb.choose_cmake_args(arm)) == NO_MTMD
+    assert _cmake_flags(lb.choose_cmake_args(arm)) == DEFAULTS
     cuda = _cmake_flags(lb.choose_cmake_args(replace(arm, has_nvcc=True, has_nvidia_gpu=True)))
-    assert cuda == {"GGML_CUDA": "on", "CMAKE_CUDA_ARCHITECTURES": "native", **NO_MTMD}
+    assert cuda == {"GGML_CUDA": "on", "CMAKE_CUDA_ARCHITECTURES": "native", **DEFAULTS}
 
 
 def test_windows_uses_the_default_build():
-    assert _cmake_flags(lb.choose_cmake_args(PlatformInfo(system="Windows", machine="AMD64"))) == NO_MTMD
+    assert _cmake_flags(lb.choose_cmake_args(PlatformInfo(system="Windows", machine="AMD64"))) == DEFAULTS
 
 
 @pytest.mark.parametrize(
@@ -114,8 +120,13 @@ def test_windows_uses_the_default_build():
 def test_user_cmake_args_win_everywhere(info):
     user = '-DGGML_VULKAN=on -DCMAKE_C_FLAGS="-O2 -g"'
     info = replace(info, user_cmake_args=user)
-    assert lb.choose_cmake_args(info) == user
+    assert lb.choose_cmake_args(info) == f"{user} -DGGML_RPC=on"  # as given, plus what the tests need
     assert "your CMAKE_ARGS" in lb.describe(info)
+
+
+def test_user_cmake_args_that_name_the_rpc_backend_are_left_alone():
+    for user in ("-DGGML_RPC=OFF", "-DGGML_CUDA=on -DGGML_RPC=ON"):
+        assert lb.choose_cmake_args(replace(LINUX_X86, user_cmake_args=user)) == user
 
 
 def test_blank_user_cmake_args_are_ignored():
@@ -133,7 +144,7 @@ def test_detect_describes_this_machine(monkeypatch):
     assert info.system == platform.system() and info.machine == platform.machine()
     assert info.user_cmake_args is None
     monkeypatch.setenv("CMAKE_ARGS", "-DGGML_BLAS=on")
-    assert lb.choose_cmake_args(lb.detect()) == "-DGGML_BLAS=on"
+    assert lb.choose_cmake_args(lb.detect()) == "-DGGML_BLAS=on -DGGML_RPC=on"
 
 
 def test_cli_cmake_args_respects_and_reports_the_users_cmake_args():
@@ -141,8 +152,68 @@ def test_cli_cmake_args_respects_and_reports_the_users_cmake_args():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "cmake-args"], capture_output=True, text=True, env=env, check=True
     )
-    assert proc.stdout.strip() == "-DGGML_CUDA=on"
+    assert proc.stdout.strip() == "-DGGML_CUDA=on -DGGML_RPC=on"
     assert "CMAKE_ARGS is set" in proc.stderr
+
+
+# --- build once: the tree that built llama-cpp-python builds the extra binaries -------------------------------
+
+
+def test_the_test_suites_rpc_server_needs_no_other_library_build():
+    """scripts/run builds with choose_cmake_args; scripts/test asks for --rpc. Both must want the same library
+    (setup rebuilds when the flags differ), and --rpc only adds a binary."""
+    for info in (LINUX_X86, PlatformInfo(system="Darwin", machine="arm64"), PlatformInfo("Windows", "AMD64")):
+        assert _cmake_flags(lb.choose_cmake_args(info))["GGML_RPC"] == "on"
+    setup = (ROOT / "scripts" / "setup").read_text()
+    assert "GGML_RPC" not in setup  # setup adds no flag of its own for --rpc: the library is the same
+    assert lb.tool_targets("rpc") == ["ggml-rpc-server"]
+    assert lb.tool_targets("rpc,anchors") == ["ggml-rpc-server", "llama-server", "llama-bench"]
+    assert lb.tool_targets("") == []
+    with pytest.raises(ValueError, match="bogus"):
+        lb.tool_targets("rpc,bogus")
+
+
+def test_the_tools_are_added_without_the_web_ui_or_anything_else():
+    flags = _cmake_flags(" ".join(lb.TOOL_CMAKE_ARGS))
+    assert flags["LLAMA_BUILD_TOOLS"] == flags["LLAMA_BUILD_SERVER"] == "ON"
+    # neither npm nor a download from a Hugging Face bucket at build time
+    assert flags["LLAMA_BUILD_UI"] == flags["LLAMA_USE_PREBUILT_UI"] == "OFF"
+    assert flags["LLAMA_BUILD_EXAMPLES"] == flags["LLAMA_BUILD_TESTS"] == "OFF"
+
+
+@pytest.mark.skipif(not VENDORED.is_dir(), reason="scripts/setup has not unpacked llama-cpp-python's sources here")
+def test_the_tool_flags_and_targets_exist_in_the_vendored_llama_cpp():
+    """A newer llama.cpp that renames an option would otherwise be ignored by CMake with a warning only."""
+    cmake_text = "\n".join(p.read_text(errors="replace") for p in VENDORED.rglob("CMakeLists.txt"))
+    for name in _cmake_flags(" ".join(lb.TOOL_CMAKE_ARGS)):
+        assert f"option({name} " in cmake_text, name
+    assert "option(GGML_RPC " in cmake_text
+    for target in lb.tool_targets(",".join(lb.TOOLS)):
+        assert f"set(TARGET {target})" in cmake_text, target
+
+
+def _configure(src: Path, build: Path) -> None:
+    """A real (tiny) CMake tree, as CMake itself writes it."""
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.14)\nproject(tiny NONE)\n")
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build)], check=True, capture_output=True, timeout=120)
+
+
+@pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake")
+def test_a_build_tree_is_reused_only_for_its_own_sources_and_flags(tmp_path):
+    src, build, args = tmp_path / "src", tmp_path / "build", "-DGGML_RPC=on -DLLAVA_BUILD=OFF"
+    assert lb.tree_reusable(build, src, args) == (False, "no build tree")
+    _configure(src, build)
+    ok, why = lb.tree_reusable(build, src, args)
+    assert not ok and "unknown" in why  # configured, but setup never said with which flags
+    (build / lb.ARGS_RECORD).write_text(args + "\n")
+    assert lb.tree_reusable(build, src, args) == (True, "reusable")
+    ok, why = lb.tree_reusable(build, src, "-DGGML_CUDA=on " + args)
+    assert not ok and "other CMAKE_ARGS" in why  # CMake would keep the old cache: the tree must go
+    ok, why = lb.tree_reusable(build, tmp_path / "other-src", args)
+    assert not ok and str(src) in why
+    cli = subprocess.run([sys.executable, str(SCRIPT), "tree-ok", str(build), str(src), args], capture_output=True)
+    assert cli.returncode == 0
 
 
 @pytest.mark.skipif(os.name != "posix", reason="fakes a crashing interpreter with a shell script")
@@ -226,8 +297,9 @@ def test_installed_llama_cpp_decodes_the_embedded_model(embedded_model):
 
 
 def test_check_expecting_a_gpu_proves_the_offload_or_refuses(embedded_model):
-    """With a GPU build: one decode with every layer on the GPU. Without one (this CPU build): exit 3."""
-    import llama_cpp
+    """With a GPU build: one decode with every layer on the GPU. Without one (this CPU build): exit 3. (Not
+    llama_supports_gpu_offload: our builds all have the RPC backend, which makes it say yes with no GPU.)"""
+    from localspec.engine.backend import gpu_offload_supported
 
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "check", str(embedded_model), "--expect-gpu"],
@@ -235,9 +307,20 @@ def test_check_expecting_a_gpu_proves_the_offload_or_refuses(embedded_model):
         text=True,
         timeout=600,
     )
-    if llama_cpp.llama_supports_gpu_offload():
+    if gpu_offload_supported():
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "layers on the GPU" in proc.stdout
     else:
         assert proc.returncode == lb.NO_GPU, proc.stdout + proc.stderr
         assert "no GPU offload" in proc.stderr
+
+
+@pytest.mark.parametrize("tool", [t for targets in lb.TOOLS.values() for t in targets])
+def test_the_tools_setup_built_here_run(tool):
+    """Each binary setup linked into the venv (--rpc, --anchors) starts: its link and shared libraries resolve."""
+    binary = Path(sys.executable).parent / tool
+    if not binary.exists():
+        pytest.skip(f"{tool} was not built here")
+    proc = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-500:] + proc.stderr[-2000:]
+    assert "usage" in (proc.stdout + proc.stderr).lower()
