@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """A bounded load test for OpenAI-compatible servers: N clients, each holding an M-turn conversation (every turn
 resends the whole conversation with the answer and a new message, as agents do), streamed and greedy, against
-`localspec serve` and llama-cpp-python's own server (as installed; queued instead of cancelling; and with its
-prompt-lookup decoding) on the same model, one server at a time so they never share the CPU.
+`localspec serve`, llama.cpp's own `llama-server` (plain, and with its n-gram speculation) and llama-cpp-python's
+server (as installed; queued instead of cancelling; and with its prompt-lookup decoding) on the same model, one
+server at a time so they never share the CPU. Every server gets the same threads, the same number of parallel
+sequences and the same context per sequence (llama-cpp-python's server has one sequence: it queues).
 
-It reports, per server: p50 and p95 time to first token, total tokens per second over the run's wall time, errors,
-answers lost (no text) or mixed (two clients that sent the same conversation got unrelated texts: greedy answers
-to the same request agree, up to a numerical near-tie late in the text), and where the server says so, the prompt
-tokens its cache held and the draft tokens it had accepted.
+It reports, per server and number of clients: p50 and p95 time to first token, total tokens per second over the
+run's wall time, errors, answers lost (no text) or mixed (two clients that sent the same conversation got unrelated
+texts: greedy answers to the same request agree, up to a numerical near-tie late in the text), and where the server
+says so, the prompt tokens its cache held and the draft tokens it had accepted. The clients are created, imported
+and warmed (one request, and a connection each) in this process before the clock starts.
 
+    scripts/setup --anchors                   # builds llama-server (and llama-bench) into .venv/bin
     .venv/bin/pip install -e '.[loadtest]'    # llama-cpp-python's server's own dependencies (not its rebuild)
-    .venv/bin/python scripts/serve_load.py                       # 8 clients x 2 turns, all three servers
+    .venv/bin/python scripts/serve_load.py                       # 1, 8 and 32 clients x 2 turns, four servers
     .venv/bin/python scripts/serve_load.py --clients 1 --requests 4 --servers localspec
     .venv/bin/python scripts/serve_load.py --base-url http://127.0.0.1:8000/v1   # a server already running
 """
@@ -22,6 +26,8 @@ import asyncio
 import json
 import os
 import re
+import shlex
+import shutil
 import socket
 import statistics
 import subprocess
@@ -29,6 +35,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+# here, not in the clients: an import inside the timed region cost the first client a second (issue #27)
+from openai import AsyncOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT.parent / "shared" / "bench" / "prompts.jsonl"
@@ -80,11 +89,23 @@ def prompts() -> list[str]:
     return [r["prompt"] for r in rows]
 
 
-async def client(base_url: str, key: str, index: int, turns: int, first: str, conversation: int, max_tokens: int,
-                 model: str) -> list[Outcome]:
-    from openai import AsyncOpenAI
+SERVERS = {
+    "localspec": "localspec serve (drafter auto)",
+    "llama-server": "llama.cpp's llama-server",
+    "llama-server-ngram": "llama-server with its n-gram speculation (--ngram-args)",
+    "llama-cpp": "llama-cpp-python's server as installed (a new request cancels a running stream)",
+    "llama-cpp-queued": "llama-cpp-python's server, --interrupt_requests False (one request at a time)",
+    "llama-cpp-lookup": "llama-cpp-python's server, queued, with its prompt-lookup decoding",
+}
+WARM_PROMPT = "Say hello in five words."  # not one of the measured prompts: the warm-up fills no cache they use
 
-    api = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=600)
+
+def api_client(base_url: str, key: str) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=600)
+
+
+async def client(api: AsyncOpenAI, index: int, turns: int, first: str, conversation: int, max_tokens: int,
+                 model: str) -> list[Outcome]:
     messages = [{"role": "user", "content": first}]
     out: list[Outcome] = []
     for turn in range(turns):
@@ -119,8 +140,18 @@ async def client(base_url: str, key: str, index: int, turns: int, first: str, co
         if o.error:
             break
         messages += [{"role": "assistant", "content": o.text}, {"role": "user", "content": FOLLOW_UPS[turn % 4]}]
-    await api.close()
     return out
+
+
+async def warm(apis: list[AsyncOpenAI], model: str) -> None:
+    """One streamed request through the same code path the clients take (the server's warm-up, localspec's first
+    calibration, the client library's first use), then a connection for every client."""
+    stream = await apis[0].chat.completions.create(model=model, messages=[{"role": "user", "content": WARM_PROMPT}],
+                                                   max_tokens=8, temperature=0, stream=True,
+                                                   stream_options={"include_usage": True})
+    async for _ in stream:
+        pass
+    await asyncio.gather(*(api.models.list() for api in apis))
 
 
 def _agree(a: str, b: str) -> bool:
@@ -132,10 +163,16 @@ async def load(base_url: str, key: str, clients: int, turns: int, max_tokens: in
     texts = prompts()
     # two clients share each conversation: greedy answers to the same request must agree
     distinct = max(1, clients // 2)
-    start = time.perf_counter()
-    results = await asyncio.gather(*(client(base_url, key, i, turns, texts[i % distinct % len(texts)],
-                                            i % distinct, max_tokens, model) for i in range(clients)))
-    report = Report(name, clients, clients * turns, wall=time.perf_counter() - start)
+    apis = [api_client(base_url, key) for _ in range(clients)]
+    try:
+        await warm(apis, model)
+        start = time.perf_counter()
+        results = await asyncio.gather(*(client(apis[i], i, turns, texts[i % distinct % len(texts)], i % distinct,
+                                                max_tokens, model) for i in range(clients)))
+        wall = time.perf_counter() - start
+    finally:
+        await asyncio.gather(*(api.close() for api in apis))
+    report = Report(name, clients, clients * turns, wall=wall)
     outcomes = [o for r in results for o in r]
     report.errors = sum(bool(o.error) for o in outcomes) + clients * turns - len(outcomes)
     report.lost = sum(not o.error and not o.text for o in outcomes)
@@ -168,12 +205,33 @@ def model_path() -> str:
     return str(ensure_default_model(progress=False))
 
 
-def command(server: str, port: int, args: argparse.Namespace) -> list[str]:
+def llama_server_binary(args: argparse.Namespace) -> str | None:
+    """llama-server as scripts/setup --anchors builds it (beside this interpreter), else from PATH."""
+    if args.llama_server:
+        return args.llama_server if Path(args.llama_server).is_file() else None
+    beside = Path(sys.executable).parent / "llama-server"
+    return str(beside) if beside.exists() else shutil.which("llama-server")
+
+
+def command(server: str, port: int, args: argparse.Namespace, model: str) -> list[str]:
+    """How each server is started: the same threads, parallel sequences and context per sequence for all."""
     threads = str(args.threads or os.cpu_count() or 2)
     if server == "localspec":
-        return [sys.executable, "-m", "localspec", "serve", "--port", str(port), "--parallel", args.parallel,
+        return [sys.executable, "-m", "localspec", "serve", "--port", str(port), "--parallel", str(args.parallel),
                 "--threads", threads, "--ctx", str(args.ctx), "--queue-timeout", "600"]
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model_path(), "--port", str(port), "--host",
+    if server in ("llama-server", "llama-server-ngram"):
+        binary = llama_server_binary(args)
+        if binary is None:
+            raise FileNotFoundError("no llama-server: run scripts/setup --anchors (or pass --llama-server PATH)")
+        # -c is the whole KV cache, split evenly between the -np slots (not unified when -np is given). The model
+        # carries no chat template: gemma, as localspec falls back to for this architecture.
+        cmd = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--threads", threads,
+               "--threads-batch", threads, "--parallel", str(args.parallel), "--ctx-size",
+               str(args.ctx * args.parallel), "--chat-template", "gemma", "--no-webui"]
+        return cmd + (shlex.split(args.ngram_args) if server == "llama-server-ngram" else [])
+    if server not in SERVERS:
+        raise ValueError(f"unknown server {server!r}: known are {', '.join(SERVERS)}")
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(port), "--host",
            "127.0.0.1", "--n_ctx", str(args.ctx), "--n_threads", threads, "--n_threads_batch", threads]
     if server != "llama-cpp":  # its default cancels a running stream when another request comes in
         cmd += ["--interrupt_requests", "False"]
@@ -183,8 +241,6 @@ def command(server: str, port: int, args: argparse.Namespace) -> list[str]:
 
 
 async def ready(base_url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
-    from openai import AsyncOpenAI
-
     api = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=5)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -199,23 +255,26 @@ async def ready(base_url: str, proc: subprocess.Popen[bytes], timeout: float = 3
     raise RuntimeError("not ready in time")
 
 
-def run_server(server: str, args: argparse.Namespace) -> Report:
+def run_server(server: str, clients: int, args: argparse.Namespace) -> Report:
+    """Start ``server`` afresh (no cache from another run), load it with ``clients`` clients, stop it."""
     port = free_port()
-    log = Path(f"/tmp/serve_load-{server}.log")
+    log = Path(f"/tmp/serve_load-{server}-{clients}.log")
+    try:
+        cmd = command(server, port, args, model_path())
+    except (FileNotFoundError, ValueError) as e:
+        return Report(server, clients, clients * args.requests, note=str(e))
     with log.open("wb") as err:
-        proc = subprocess.Popen(command(server, port, args), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
         try:
             base = f"http://127.0.0.1:{port}/v1"
             try:
                 asyncio.run(ready(base, proc))
             except RuntimeError as e:
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                return Report(server, args.clients, args.clients * args.requests, note=f"did not start ({e}): "
+                return Report(server, clients, clients * args.requests, note=f"did not start ({e}): "
                               + " | ".join(tail))
-            # one request first: model warm-up and localspec's calibration are not what is measured
-            asyncio.run(load(base, "x", 1, 1, 8, "default" if server == "localspec" else model_path(), "warm"))
             model = "default" if server == "localspec" else model_path()
-            return asyncio.run(load(base, "x", args.clients, args.requests, args.max_tokens, model, server))
+            return asyncio.run(load(base, "x", clients, args.requests, args.max_tokens, model, server))
         finally:
             proc.terminate()
             try:
@@ -225,43 +284,69 @@ def run_server(server: str, args: argparse.Namespace) -> Report:
 
 
 def table(reports: list[Report]) -> str:
-    rows = ["| server | requests | tok/s | TTFT p50 s | TTFT p95 s | errors | lost | mixed | cached prompt tokens | "
-            "accepted / drafted |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| server | clients | requests | tok/s | TTFT p50 s | TTFT p95 s | errors | lost | mixed | "
+            "cached prompt tokens | accepted / drafted |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in reports:
         def s(x: float | None) -> str:
             return "–" if x is None else f"{x:.2f}"
 
         drafts = f"{r.accepted} / {r.drafted}" if r.drafted else "–"
-        rows.append(f"| {r.server} | {r.requests} | {r.tokens_per_second:.1f} | {s(r.ttft_p50)} | {s(r.ttft_p95)} | "
-                    f"{r.errors} | {r.lost} | {r.mixed} | {r.prompt_tokens_cached or '–'} | {drafts} |"
-                    + (f" {r.note}" if r.note else ""))
+        rows.append(f"| {r.server} | {r.clients} | {r.requests} | {r.tokens_per_second:.1f} | {s(r.ttft_p50)} | "
+                    f"{s(r.ttft_p95)} | {r.errors} | {r.lost} | {r.mixed} | {r.prompt_tokens_cached or '–'} | "
+                    f"{drafts} |" + (f" {r.note}" if r.note else ""))
     return "\n".join(rows)
+
+
+def against_llama_server(reports: list[Report]) -> list[str]:
+    """localspec against llama-server's best configuration, per number of clients: tok/s and p95 TTFT ratios."""
+    lines = []
+    for clients in sorted({r.clients for r in reports}):
+        ours = next((r for r in reports if r.clients == clients and r.server == "localspec" and not r.note), None)
+        theirs = [r for r in reports if r.clients == clients and r.server.startswith("llama-server") and not r.note
+                  and r.tokens_per_second > 0]
+        if ours is None or not theirs:
+            continue
+        best = max(theirs, key=lambda r: r.tokens_per_second)
+        ttft = (f"p95 TTFT {ours.ttft_p95:.2f} s vs {best.ttft_p95:.2f} s"
+                if ours.ttft_p95 is not None and best.ttft_p95 is not None else "p95 TTFT –")
+        lines.append(f"{clients} clients: localspec {ours.tokens_per_second / best.tokens_per_second:.2f}x "
+                     f"{best.server} (its best here), {ttft}")
+    return lines
+
+
+def client_counts(text: str) -> list[int]:
+    counts = [int(c) for c in text.split(",") if c.strip()]
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--clients wants positive numbers, comma-separated: {text!r}")
+    return counts
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--servers", default="localspec,llama-cpp,llama-cpp-queued,llama-cpp-lookup",
-                    help="llama-cpp: its server as installed (a new request cancels a running stream); -queued: "
-                    "with --interrupt_requests False (one at a time, none cancelled); -lookup: that, with its "
-                    "prompt-lookup decoding")
-    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--servers", default="localspec,llama-server,llama-server-ngram,llama-cpp-lookup",
+                    help="comma-separated: " + "; ".join(f"{k}: {v}" for k, v in SERVERS.items()))
+    ap.add_argument("--clients", type=client_counts, default=[1, 8, 32], help="numbers of clients, comma-separated")
     ap.add_argument("--requests", type=int, default=2, help="turns of each client's conversation")
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--parallel", default="auto", help="localspec serve --parallel")
-    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--parallel", type=int, default=8, help="sequences decoded together, for every server")
+    ap.add_argument("--ctx", type=int, default=4096, help="context per sequence, for every server")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--llama-server", help="the llama-server binary (default: .venv/bin/llama-server)")
+    ap.add_argument("--ngram-args", default="--spec-type ngram-mod",
+                    help="llama-server-ngram's speculation flags (default: its n-gram-mod drafts, as shipped)")
     ap.add_argument("--base-url", help="load a server that is already running instead")
     ap.add_argument("--api-key", default=os.environ.get("LOCALSPEC_API_KEY", "x"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if args.base_url:
-        reports = [asyncio.run(load(args.base_url, args.api_key, args.clients, args.requests, args.max_tokens,
-                                    "default", re.sub(r"^https?://", "", args.base_url)))]
-    else:
-        reports = []
+    reports = []
+    for clients in args.clients:
+        if args.base_url:
+            reports.append(asyncio.run(load(args.base_url, args.api_key, clients, args.requests, args.max_tokens,
+                                            "default", re.sub(r"^https?://", "", args.base_url))))
+            continue
         for server in args.servers.split(","):
-            print(f"{server}: {args.clients} clients x {args.requests} turns ...", file=sys.stderr, flush=True)
-            reports.append(run_server(server, args))
+            print(f"{server}: {clients} clients x {args.requests} turns ...", file=sys.stderr, flush=True)
+            reports.append(run_server(server, clients, args))
     if args.json:
         print(json.dumps([{**asdict(r), "tokens_per_second": r.tokens_per_second} for r in reports], indent=1))
     else:
@@ -269,6 +354,8 @@ def main() -> None:
         for r in reports:
             for sample in r.samples:
                 print(f"  {r.server}: {sample}")
+        for line in against_llama_server(reports):
+            print(line)
 
 
 if __name__ == "__main__":
