@@ -74,8 +74,10 @@ RPC = "-DGGML_RPC=on"
 TOOLS = {"rpc": ("ggml-rpc-server",), "anchors": ("llama-server", "llama-bench")}
 # What adds them to that tree: llama-cpp-python configures llama.cpp as a subproject, with its tools off. The web UI
 # is neither built (npm) nor downloaded (a prebuilt copy from a Hugging Face bucket): the load test needs the API.
+# LLAVA_BUILD off: llama.cpp's tools add tools/mtmd themselves, and a second add_subdirectory of it is an error.
 TOOL_CMAKE_ARGS = (
     "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAVA_BUILD=OFF",
     "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",

@@ -34,7 +34,7 @@ LINUX_X86 = PlatformInfo(system="Linux", machine="x86_64", compiler_knows_amx=Tr
 # every default build leaves out the multimodal library localspec never loads, and has the RPC backend the tests need
 DEFAULTS = {"LLAVA_BUILD": "OFF", "GGML_RPC": "on"}
 # the llama-cpp-python sources scripts/setup unpacked (and built from) in this checkout's .venv, if it did
-VENDORED = ROOT / ".venv" / "llama-cpp-python" / "src" / "vendor" / "llama.cpp"
+SOURCES = ROOT / ".venv" / "llama-cpp-python" / "src"
 
 
 def _cmake_flags(args: str) -> dict[str, str]:
@@ -179,12 +179,14 @@ def test_the_tools_are_added_without_the_web_ui_or_anything_else():
     # neither npm nor a download from a Hugging Face bucket at build time
     assert flags["LLAMA_BUILD_UI"] == flags["LLAMA_USE_PREBUILT_UI"] == "OFF"
     assert flags["LLAMA_BUILD_EXAMPLES"] == flags["LLAMA_BUILD_TESTS"] == "OFF"
+    assert flags["LLAVA_BUILD"] == "OFF"  # the tools add tools/mtmd themselves: twice is a CMake error
 
 
-@pytest.mark.skipif(not VENDORED.is_dir(), reason="scripts/setup has not unpacked llama-cpp-python's sources here")
+@pytest.mark.skipif(not SOURCES.is_dir(), reason="scripts/setup has not unpacked llama-cpp-python's sources here")
 def test_the_tool_flags_and_targets_exist_in_the_vendored_llama_cpp():
     """A newer llama.cpp that renames an option would otherwise be ignored by CMake with a warning only."""
-    cmake_text = "\n".join(p.read_text(errors="replace") for p in VENDORED.rglob("CMakeLists.txt"))
+    files = [SOURCES / "CMakeLists.txt", *(SOURCES / "vendor" / "llama.cpp").rglob("CMakeLists.txt")]
+    cmake_text = "\n".join(p.read_text(errors="replace") for p in files)
     for name in _cmake_flags(" ".join(lb.TOOL_CMAKE_ARGS)):
         assert f"option({name} " in cmake_text, name
     assert "option(GGML_RPC " in cmake_text
