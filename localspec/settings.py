@@ -9,6 +9,7 @@ from localspec.endpoints import parse_endpoints
 from localspec.errors import UserError
 
 DRAFTERS = ("none", "ngram", "draft", "early-exit", "auto")
+TEMPERATURE_MAX = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +27,9 @@ class SamplingSettings:
         return self.temperature == 0.0
 
     def validate(self) -> None:
-        if not (0.0 <= self.temperature <= 5.0):
-            raise UserError(f"--temperature must be between 0 and 5 (0 = greedy), got {self.temperature}")
+        if not (0.0 <= self.temperature <= TEMPERATURE_MAX):
+            raise UserError(f"--temperature must be between 0 and {TEMPERATURE_MAX:g} (0 = greedy), "
+                            f"got {self.temperature}")
         if self.top_k < 0:
             raise UserError(f"--top-k must be 0 (off) or a positive number, got {self.top_k}")
         if not (0.0 < self.top_p <= 1.0):
@@ -121,14 +123,21 @@ class SpeculationSettings:
 
 @dataclass(frozen=True, slots=True)
 class GenerationSettings:
-    """One request's limits."""
+    """One request's limits. ``max_tokens_cap``: the most a request may ask for (a server's bound on what one
+    client can hold a sequence for; None: the context bounds it)."""
 
     max_tokens: int = 256
     stop: tuple[str, ...] = field(default_factory=tuple)
+    max_tokens_cap: int | None = None
 
     def validate(self) -> None:
         if self.max_tokens < 1:
             raise UserError(f"--max-tokens must be a positive number, got {self.max_tokens}")
+        if self.max_tokens_cap is not None and self.max_tokens_cap < 1:
+            raise UserError(f"--max-tokens-cap must be a positive number, got {self.max_tokens_cap}")
+        if self.max_tokens_cap is not None and self.max_tokens > self.max_tokens_cap:
+            raise UserError(f"--max-tokens {self.max_tokens} is over --max-tokens-cap {self.max_tokens_cap}: "
+                            "lower the default or raise the cap")
         if any(s == "" for s in self.stop):
             raise UserError("--stop must not be empty")
 

@@ -50,13 +50,13 @@ def test_every_input_form_reads_in_file_order_with_its_line_and_own_settings(tmp
         "",
         {"id": "tuned", "prompt": "p", "max_tokens": 1, "temperature": 0, "top_p": 1, "seed": 0, "stop": "\n"},
         "   \t",
-        {"id": "chat", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+        {"id": "chat", "messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                                     {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}],
          "temperature": 5, "stop": ["a", "b"]},
         openai("oc", "/v1/chat/completions", {
-            "model": "ignored", "max_tokens": 7, "top_p": 0.5, "seed": 3, "stop": ["."],
+            "model": "ignored", "max_tokens": 99, "max_completion_tokens": 7, "top_p": 0.5, "seed": 3, "stop": ["."],
+            "n": 1, "presence_penalty": 0, "tools": [], "response_format": {"type": "text"},
             "messages": [{"role": "user", "content": [{"type": "text", "text": "Count "},
-                                                      {"type": "image_url", "image_url": {"url": "x"}},
                                                       {"type": "text", "text": "to three."}]}]}),
         openai("ocomp", "/v1/completions", {"prompt": "1, 2,", "temperature": 0.25}),
     ])
@@ -79,9 +79,10 @@ def test_every_input_form_reads_in_file_order_with_its_line_and_own_settings(tmp
 
 
 def test_a_line_without_an_id_is_named_by_its_line_number(tmp_path: Path) -> None:
-    path = write_lines(tmp_path / "in.jsonl", ["", {"prompt": "no id"}, {"id": 5, "prompt": "a number"}])
+    path = write_lines(tmp_path / "in.jsonl", ["", {"prompt": "no id"}, {"id": 5, "prompt": "a number"},
+                                               {"id": None, "prompt": "null is no id"}])
     requests, errors = read_requests(path)
-    assert [(r.id, r.line) for r in requests] == [("line-2", 2), ("5", 3)] and errors == []
+    assert [(r.id, r.line) for r in requests] == [("line-2", 2), ("5", 3), ("line-4", 4)] and errors == []
 
 
 BAD_LINES = [
@@ -89,7 +90,8 @@ BAD_LINES = [
     ('"just a string"', "line-N", "not a JSON object"),
     ('{"id": "x"}', "x", "either a prompt or messages"),
     ('{"id": "x", "prompt": "p", "messages": [{"role": "user", "content": "m"}]}', "x", "either a prompt or messages"),
-    ('{"id": "x", "prompt": ["p"]}', "x", "prompt must be a string"),
+    ('{"id": "x", "prompt": [1, 2]}', "x", "prompt must be a string"),
+    ('{"id": "x", "prompt": ["p", "q"]}', "x", "prompt must be a string (or a list of one string)"),
     ('{"id": "x", "messages": "hi"}', "x", "messages must be a non-empty list"),
     ('{"id": "x", "messages": []}', "x", "messages must be a non-empty list"),
     ('{"id": "x", "messages": ["hi"]}', "x", "role"),
@@ -263,6 +265,20 @@ def test_resuming_skips_successes_and_retries_failures_without_doubling_a_line(t
     assert done_ids(out) == {"a", "b", "c"}
     assert sorted(key(d) for d in read_back(out)) == ["a", "b", "c"]
     assert os.listdir(tmp_path) == ["out.jsonl"]  # the rewrite's temporary file is gone
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o664])
+def test_a_rewritten_output_keeps_its_mode_and_its_link(tmp_path: Path, mode: int) -> None:
+    real = tmp_path / "real.jsonl"
+    with ResultWriter(real, "m") as writer:
+        writer.write(Result("a", "A", [1]), Request("a", prompt="p"))
+        writer.write(Result("b", error="too long", finish_reason="error"), Request("b", prompt="p"))
+    real.chmod(mode)
+    out = tmp_path / "out.jsonl"
+    out.symlink_to(real)
+    assert done_ids(out) == {"a"}  # rewritten without b's error record
+    assert out.is_symlink() and [key(d) for d in read_back(real)] == ["a"]
+    assert real.stat().st_mode & 0o7777 == mode
 
 
 def test_a_file_with_nothing_to_drop_is_not_rewritten(tmp_path: Path) -> None:

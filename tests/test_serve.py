@@ -101,8 +101,8 @@ def start(*args: str) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def server(model_path: Path) -> Iterator[Server]:
-    """Four sequences at a time, run's defaults (greedy), n-gram drafts."""
-    yield from start("--parallel", "4", "--ctx", "1024", "-n", "32")
+    """Four sequences at a time, run's defaults (greedy), n-gram drafts, a request's max_tokens capped at 64."""
+    yield from start("--parallel", "4", "--ctx", "1024", "-n", "32", "--max-tokens-cap", "64")
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +227,16 @@ def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Serv
     ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
     ({"messages": [{"role": "user", "content": "x"}], "speculation": {"drafter": "draft"}}, "speculation.drafter"),
     ({"messages": [{"role": "user", "content": "word " * 3000}]}, "messages"),
+    # what would silently change the answer if ignored
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
+     "tools"),
+    ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5}, "presence_penalty"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages.0.content"),
+    # over the server's --max-tokens-cap (64), under either name
+    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 65}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 10**9}, "max_tokens"),
 ])
 def test_a_bad_request_is_a_400_in_openais_shape(server: Server, body: dict, param: str) -> None:
     status, _, raw = server.http("POST", "/v1/chat/completions", {"model": "default", **body})
@@ -250,6 +260,22 @@ def test_malformed_json_an_unknown_model_and_unknown_fields(server: Server) -> N
     assert [m.id for m in models.data] == ["gemma3-270m"]
 
 
+def test_a_lone_surrogate_and_json_nested_too_deep_are_400s_not_500s(server: Server) -> None:
+    status, _, raw = server.http("POST", "/v1/completions", raw=b'{"prompt": "a\\ud800b", "max_tokens": 2}')
+    assert status == 400 and json.loads(raw)["error"]["param"] == "prompt", raw
+    assert "lone surrogate" in json.loads(raw)["error"]["message"]
+    status, _, raw = server.http("POST", "/v1/chat/completions", raw=b"[" * 100_000 + b"]" * 100_000)
+    assert status == 400 and "nested too deeply" in json.loads(raw)["error"]["message"], raw
+
+
+def test_fields_that_ask_for_nothing_are_accepted_and_the_developer_role_is_the_system_one(server: Server) -> None:
+    status, _, raw = server.http("POST", "/v1/chat/completions", {
+        "messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        "max_completion_tokens": 3, "presence_penalty": 0, "frequency_penalty": 0, "tools": [], "n": 1,
+        "response_format": {"type": "text"}})
+    assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] <= 3, raw
+
+
 def test_the_key_guards_v1_and_metrics_but_not_health(guarded: Server) -> None:
     assert guarded.http("GET", "/health")[0] == 200
     for path in ("/v1/models", "/metrics"):
@@ -261,6 +287,9 @@ def test_the_key_guards_v1_and_metrics_but_not_health(guarded: Server) -> None:
         guarded.client("wrong").completions.create(model="default", prompt="x", max_tokens=2)
     out = guarded.client(KEY).completions.create(model="default", prompt="1, 2, 3,", max_tokens=2)
     assert out.usage is not None and out.usage.completion_tokens == 2
+    for scheme in ("bearer", "BEARER"):  # RFC 7235: the scheme is case-insensitive; the key is not
+        assert guarded.http("GET", "/v1/models", headers={"Authorization": f"{scheme} {KEY}"})[0] == 200
+    assert guarded.http("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY.upper()}"})[0] == 401
 
 
 def test_a_body_over_the_limit_is_a_413(guarded: Server) -> None:
@@ -346,6 +375,8 @@ def test_another_address_without_a_key_refuses_to_start() -> None:
     (["--queue-timeout", "0"], "--queue-timeout"),
     (["--port", "70000"], "--port"),
     (["--max-body", "10"], "--max-body"),
+    (["--drafter", "early-exit"], "localspec serve drafts with n-gram lookup only"),
+    (["--max-tokens", "100", "--max-tokens-cap", "50"], "--max-tokens-cap"),
 ])
 def test_bad_options_are_one_line(args: list[str], fragment: str) -> None:
     result = runner.invoke(app, ["serve", *args])

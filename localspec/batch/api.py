@@ -38,7 +38,7 @@ def generate_many(
     top_k: int = 40,
     min_p: float = 0.05,
     seed: int | None = None,
-    stop: Iterable[str] = (),
+    stop: str | Iterable[str] = (),
     chat: bool = False,
     ctx: int = 4096,
     threads: int | None = None,
@@ -49,51 +49,139 @@ def generate_many(
 ) -> Iterator[Result]:
     """Generate from every prompt, ``parallel`` at a time (None: as many as pay on this device), each speculating.
 
-    A prompt is a string (its id is its position), a :class:`Request`, or a mapping with ``prompt`` or ``messages``
-    and its own ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` (``id`` optional). ``chat``: plain
+    A prompt is a string (its id is its position), a :class:`Request`, or a mapping read as a `localspec batch`
+    line: ``prompt`` or ``messages``, an optional ``id``, and an OpenAI body's settings (``max_tokens``,
+    ``temperature``, ``top_p``, ``seed``, ``stop``, ...). ``stop``: one string or several. ``chat``: plain
     prompts go through the model's chat template. Results come as each finishes (``ordered``: in the prompts'
-    order); a prompt that cannot run gets a Result with ``error`` set, and the rest go on. Bad settings raise
+    order); a prompt that cannot run (a bad mapping, a prompt too long) gets a Result with ``error`` set, and the
+    rest go on. Bad settings, a single string where a list belongs and ids used twice raise
     ``localspec.errors.UserError`` before the model loads."""
     from localspec.batch.run import run_requests
 
+    if isinstance(prompts, (str, bytes, Mapping, Request)):
+        raise UserError(f"generate_many takes a list of prompts, not one {type(prompts).__name__}: put it in a "
+                        "list, or call localspec.generate")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    _check_types(model=model, drafter=drafter, parallel=parallel, max_tokens=max_tokens, temperature=temperature,
+                 top_p=top_p, top_k=top_k, min_p=min_p, seed=seed, stop=stops, ctx=ctx, threads=threads,
+                 gpu_layers=gpu_layers, k=k)
     settings = Settings(
         model,
         RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers),
         SpeculationSettings(drafter=drafter, k=k),
         SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        GenerationSettings(max_tokens=max_tokens, stop=tuple(stop)),
+        GenerationSettings(max_tokens=max_tokens, stop=stops),
     )
     settings.validate()
     if parallel is not None and parallel < 1:
         raise UserError(f"parallel must be at least 1 (or None: as many as pay), got {parallel}")
-    requests = [as_request(p, i) for i, p in enumerate(prompts)]
-    with BatchRuntime.open(settings, parallel, jobs=len(requests)) as rt:
-        results = run_requests(rt, requests, chat=chat, cancelled=cancelled)
+    requests, failed, positions = _read(list(prompts))
+    done: dict[int, Result] = {}
+    following = 0
+
+    def release(result: Result) -> Iterator[Result]:
+        nonlocal following
         if not ordered:
-            yield from results
+            yield result
             return
-        done: dict[int, Result] = {}
-        following = 0
-        for result in results:
-            done[result.index] = result
-            while following in done:
-                yield done.pop(following)
-                following += 1
+        done[result.index] = result
+        while following in done:
+            yield done.pop(following)
+            following += 1
+
+    for result in failed:
+        yield from release(result)
+    if not requests:
+        return
+    with BatchRuntime.open(settings, parallel, jobs=len(requests)) as rt:
+        for result in run_requests(rt, requests, chat=chat, cancelled=cancelled):
+            result.index = positions[result.index]  # its place among all the prompts, the failed ones included
+            yield from release(result)
 
 
 def generate(prompt: str | Request | Mapping[str, Any], **options: Any) -> Result:
-    """One prompt through the same path (``generate_many``'s options)."""
-    return next(iter(generate_many([prompt], **options)))
+    """One prompt through the same path (``generate_many``'s options). A prompt that cannot be read raises
+    ``localspec.errors.UserError``; one that cannot run (too long) gives a Result with ``error`` set."""
+    return next(iter(generate_many([as_request(prompt, 0)], **options)))
 
 
 def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request:
-    """A prompt as a Request: a string is its own prompt, a mapping is read as a `localspec batch` line."""
-    from localspec.batch.files import parse_mapping
+    """A prompt as a Request: a string is its own prompt, a mapping is read as a `localspec batch` line (by the
+    reader serve uses). UserError naming the prompt where it cannot be read."""
+    from localspec.openai_body import BodyError, check_text, parse_body
 
-    if isinstance(prompt, Request):
-        return prompt
+    if isinstance(prompt, Mapping):
+        raw = prompt.get("id")
+        name = str(index) if raw is None else str(raw)
+        try:
+            return parse_body(prompt, None, name, line=index + 1).request
+        except BodyError as e:
+            raise BodyError(e.param, f"prompt {name!r}: {e}") from None
     if isinstance(prompt, str):
-        return Request(str(index), prompt=prompt)
-    if not isinstance(prompt, Mapping):
+        request = Request(str(index), prompt=prompt)
+    elif isinstance(prompt, Request):
+        request = prompt
+    else:
         raise UserError(f"prompt {index} is a {type(prompt).__name__}: pass a string, a Request or a mapping")
-    return parse_mapping(prompt, str(prompt.get("id", index)), index + 1)
+    try:
+        check_text(request)
+    except BodyError as e:
+        raise BodyError(e.param, f"prompt {request.id!r}: {e}") from None
+    return request
+
+
+def _read(prompts: list[Any]) -> tuple[list[Request], list[Result], list[int]]:
+    """The prompts that can run, an error Result for each that cannot, and each runnable one's place; UserError
+    for an id used twice (its results could not be told apart)."""
+    requests: list[Request] = []
+    failed: list[Result] = []
+    positions: list[int] = []
+    seen: dict[str, int] = {}
+    for i, prompt in enumerate(prompts):
+        request: Request | None = None
+        try:
+            request = as_request(prompt, i)
+            rid = request.id
+        except UserError as e:
+            raw = prompt.get("id") if isinstance(prompt, Mapping) else None
+            rid = str(i) if raw is None else str(raw)
+            failed.append(Result(rid, finish_reason="error", error=str(e), index=i))
+        if rid in seen:
+            raise UserError(f"id {rid!r} is given to prompt {seen[rid]} and prompt {i}: ids must be unique")
+        seen[rid] = i
+        if request is not None:
+            requests.append(request)
+            positions.append(i)
+    return requests, failed, positions
+
+
+def _check_types(**values: Any) -> None:
+    """Each option of the right type, so that a wrong one is a UserError naming it rather than a TypeError from
+    deep inside (``temperature="hot"``)."""
+    for name, value in values.items():
+        if value is None and name in _OPTIONAL:
+            continue
+        if name in _INTS:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            what = "an integer"
+        elif name in _FLOATS:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            what = "a number"
+        elif name == "stop":
+            ok = all(isinstance(s, str) for s in value)
+            what = "a string or a list of strings"
+        else:
+            ok = isinstance(value, str)
+            what = "a string"
+        if not ok:
+            raise UserError(f"{name} must be {what}{' (or None)' if name in _OPTIONAL else ''}, got {value!r}")
+    for text in values["stop"]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"stop {text!r} holds a lone surrogate: it is not valid Unicode") from None
+
+
+_INTS = {"parallel", "max_tokens", "top_k", "seed", "ctx", "threads", "gpu_layers", "k"}
+_FLOATS = {"temperature", "top_p", "min_p"}
+_OPTIONAL = {"model", "parallel", "seed", "threads", "gpu_layers", "k"}

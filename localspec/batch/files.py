@@ -1,8 +1,9 @@
 """`localspec batch` files: JSONL requests in, one JSON line per request out, and resuming a job half done.
 
-Input lines are ``{"id", "prompt"}`` or ``{"id", "messages"}`` with optional max_tokens, temperature, top_p, seed,
-stop; or OpenAI Batch API lines (``custom_id``, ``method: POST``, ``url`` /v1/chat/completions or /v1/completions,
-``body``), which get OpenAI Batch output lines back. A line without an id is named by its line number ("line-7").
+Input lines are ``{"id", "prompt"}`` or ``{"id", "messages"}`` with the settings of an OpenAI body (max_tokens,
+temperature, top_p, seed, stop, ...: localspec/openai_body.py reads them, as serve does); or OpenAI Batch API lines
+(``custom_id``, ``method: POST``, ``url`` /v1/chat/completions or /v1/completions, ``body``), which get OpenAI Batch
+output lines back. A line without an id (or with ``"id": null``) is named by its line number ("line-7").
 
 A bad line is not fatal: it becomes an error record and the job goes on; only ids used twice stop the job before
 any work, since their results could not be told apart. Each output line is written with one write, flushed and
@@ -12,8 +13,11 @@ old error records are dropped first, so a file never holds two lines for one id)
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import stat
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -23,11 +27,10 @@ from typing import Any
 
 from localspec.batch.request import Request
 from localspec.batch.result import Result
-from localspec.engine.chat import Message
 from localspec.errors import UserError
+from localspec.openai_body import BodyError, loads, parse_body
 
 ENDPOINTS = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions"}
-ROLES = ("system", "user", "assistant")
 # OpenAI's finish reasons are stop and length: a full context is a length, an interrupted answer is not written
 OPENAI_FINISH = {"stop": "stop", "length": "length", "context_full": "length"}
 
@@ -67,103 +70,54 @@ def read_requests(path: Path) -> tuple[list[Request], list[LineError]]:
 
 
 def parse_line(line: str, n: int) -> Request | LineError:
+    """One input line: a plain line is an OpenAI body beside its ``id``, an OpenAI Batch line wraps one; both are
+    read by the one reader serve uses (localspec/openai_body.py)."""
     try:
-        data = json.loads(line)
+        data = loads(line)
     except ValueError as e:
-        return LineError(f"line-{n}", n, f"line {n} is not JSON ({e.msg})")
+        return LineError(f"line-{n}", n, f"line {n} is not JSON ({getattr(e, 'msg', e)})")
     if not isinstance(data, dict):
         return LineError(f"line-{n}", n, f"line {n} is not a JSON object")
     openai = "custom_id" in data or "body" in data
-    key = "custom_id" if openai else "id"
-    raw_id = data.get(key, f"line-{n}")
-    name = raw_id if isinstance(raw_id, str) else json.dumps(raw_id)
-    style = "plain"
+    style = ENDPOINTS.get(str(data.get("url")), "openai-chat") if openai else "plain"
+    name = line_name(data.get("custom_id" if openai else "id"), n)
+    if not _encodable(name):  # its error record could not be written under it
+        return LineError(f"line-{n}", n, f"line {n}: its id holds a lone surrogate: not valid Unicode", style)
     try:
         if openai:
-            style = ENDPOINTS.get(str(data.get("url")), "openai-chat")
             return _openai(data, name, n)
-        return _request(data, name, n, "plain")
-    except (ValueError, TypeError, KeyError) as e:
+        return parse_body(data, None, name, line=n).request
+    except BodyError as e:
         return LineError(name, n, f"line {n}: {e}", style)
 
 
-def parse_mapping(data: Mapping[str, Any], name: str, n: int) -> Request:
-    """A plain request given as a mapping (``generate_many``'s dicts): UserError where a line would get an error
-    record."""
+def line_name(raw: Any, n: int) -> str:
+    """What a line's results are filed under: its id (a number as written), or "line-N" where it has none."""
+    if raw is None:
+        return f"line-{n}"
+    return raw if isinstance(raw, str) else json.dumps(raw)
+
+
+def _encodable(text: str) -> bool:
     try:
-        return _request(data, name, n, "plain")
-    except (ValueError, TypeError, KeyError) as e:
-        raise UserError(f"prompt {name!r}: {e}") from None
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _openai(data: Mapping[str, Any], name: str, n: int) -> Request:
     if not isinstance(data.get("custom_id"), str) or not data["custom_id"]:
-        raise ValueError("an OpenAI Batch line needs a custom_id string")
+        raise BodyError("custom_id", "an OpenAI Batch line needs a custom_id string")
     if data.get("method", "POST") != "POST":
-        raise ValueError(f"method must be POST, got {data.get('method')!r}")
+        raise BodyError("method", f"method must be POST, got {data.get('method')!r}")
     style = ENDPOINTS.get(str(data.get("url")))
     if style is None:
-        raise ValueError(f"url must be one of {', '.join(ENDPOINTS)}, got {data.get('url')!r}")
+        raise BodyError("url", f"url must be one of {', '.join(ENDPOINTS)}, got {data.get('url')!r}")
     body = data.get("body")
     if not isinstance(body, dict):
-        raise ValueError("body must be a JSON object")
-    if style == "openai-chat" and "messages" not in body:
-        raise ValueError("a /v1/chat/completions body needs messages")
-    if style == "openai-completions" and "prompt" not in body:
-        raise ValueError("a /v1/completions body needs a prompt")
-    return _request(body, name, n, style)
-
-
-def _request(data: Mapping[str, Any], name: str, n: int, style: str) -> Request:
-    prompt, messages = data.get("prompt"), data.get("messages")
-    if (prompt is None) == (messages is None):
-        raise ValueError("give either a prompt or messages")
-    if prompt is not None and not isinstance(prompt, str):
-        raise ValueError("prompt must be a string")
-    return Request(
-        name, prompt=prompt, messages=None if messages is None else _messages(messages),
-        max_tokens=_number(data, "max_tokens", int, lambda v: v >= 1, "at least 1"),
-        temperature=_number(data, "temperature", float, lambda v: 0 <= v <= 5, "between 0 and 5"),
-        top_p=_number(data, "top_p", float, lambda v: 0 < v <= 1, "in (0, 1]"),
-        seed=_number(data, "seed", int, lambda v: v >= 0, "0 or more"),
-        stop=_stop(data.get("stop")), style=style, line=n,
-    )
-
-
-def _messages(raw: Any) -> tuple[Message, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise ValueError("messages must be a non-empty list")
-    out = []
-    for m in raw:
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise ValueError(f"each message needs a role ({', '.join(ROLES)}) and content")
-        content = m.get("content")
-        if isinstance(content, list):  # OpenAI's content parts: the text ones, joined
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-        if not isinstance(content, str):
-            raise ValueError("a message's content must be a string")
-        out.append(Message(m["role"], content))
-    return tuple(out)
-
-
-def _number(data: Mapping[str, Any], key: str, kind: type, ok: Any, rule: str) -> Any:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        raise ValueError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
-    if not ok(value):
-        raise ValueError(f"{key} must be {rule}, got {value!r}")
-    return kind(value)
-
-
-def _stop(value: Any) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise ValueError("stop must be a non-empty string or a list of them")
-    return tuple(stops)
+        raise BodyError("body", "body must be a JSON object")
+    return parse_body(body, "chat" if style == "openai-chat" else "completion", name, style=style, line=n).request
 
 
 # -- output --
@@ -219,7 +173,7 @@ def done_ids(path: Path) -> set[str]:
     done: set[str] = set()
     for line in lines:
         try:
-            doc = json.loads(line)
+            doc = loads(line)
         except ValueError:
             continue  # a torn line: that request runs again
         if not line.endswith("\n") or not isinstance(doc, dict) or _id(doc) is None or _failed(doc):
@@ -247,11 +201,16 @@ _LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": 
 
 
 def _replace(path: Path, text: str) -> None:
+    """``text`` as the whole of ``path``, swapped in at once; the file keeps its mode (a temporary file is 600),
+    and a symbolic link keeps pointing at it."""
+    path = path.resolve()
+    mode = stat.S_IMODE(path.stat().st_mode)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -259,27 +218,51 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
+def is_stream(path: Path) -> bool:
+    """``-`` (stdout), or an output that is not a regular file: a pipe (``-o /dev/stdout | cat``), a terminal, a
+    FIFO. A stream is written and never read back (reading the pipe we write would wait forever), so a job written
+    to one cannot be resumed."""
+    if str(path) == "-":
+        return True
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise UserError(f"cannot use {path} for the results: {e.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{path} is a folder: give -o the name of a file for the results")
+    return not stat.S_ISREG(mode)
+
+
 class ResultWriter:
-    """Appends one whole line per result: one write, flushed and synced."""
+    """Appends one whole line per result: one write, flushed, and synced where it is a file. ``-``: stdout."""
 
     def __init__(self, path: Path, model: str) -> None:
         self.model = model
+        self._owned = str(path) != "-"
         try:
-            self._file = path.open("a", encoding="utf-8")
+            self._file = path.open("a", encoding="utf-8") if self._owned else sys.stdout
         except OSError as e:
             raise UserError(f"cannot write {path}: {e.strerror}") from None
+        try:
+            self._sync = stat.S_ISREG(os.fstat(self._file.fileno()).st_mode)  # fsync on a pipe is EINVAL
+        except (OSError, ValueError, io.UnsupportedOperation):  # a stdout that is no file at all
+            self._sync = False
 
     def write(self, result: Result, request: Request | LineError) -> None:
         line = json.dumps(record(result, request, self.model), ensure_ascii=False).translate(_LINE_BREAKS)
         self._file.write(line + "\n")
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if self._sync:
+            os.fsync(self._file.fileno())
 
     def write_error(self, error: LineError) -> None:
         self.write(Result(error.id, finish_reason="error", error=error.message), error)
 
     def close(self) -> None:
-        self._file.close()
+        if self._owned:
+            self._file.close()
 
     def __enter__(self) -> ResultWriter:
         return self

@@ -12,7 +12,8 @@ STYLES = ("plain", "openai-chat", "openai-completions")
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """``prompt`` or ``messages`` (exactly one). A setting left None takes the job's (the command's options)."""
+    """``prompt`` or ``messages`` (exactly one). A setting left None takes the job's (the command's options);
+    ``drafter`` and ``k`` are this request's speculation (a drafter that needs no model: none, ngram, auto)."""
 
     id: str
     prompt: str | None = None
@@ -22,5 +23,9 @@ class Request:
     top_p: float | None = None
     seed: int | None = None
     stop: tuple[str, ...] | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    drafter: str | None = None
+    k: int | None = None
     style: str = "plain"
     line: int = 0  # where it came from in an input file (1-based; 0: not from a file)

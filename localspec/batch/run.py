@@ -11,6 +11,7 @@ from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.events import Event, Finished, Step
+from localspec.openai_body import DRAFTERS, BodyError
 from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings
 from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
@@ -70,17 +71,29 @@ def run_requests(
 def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     """The request's tokens and settings (its own where it has them, else the job's)."""
     settings = rt.settings
-    sampling = replace(settings.sampling, **{name: value for name in ("temperature", "top_p", "seed")
+    sampling = replace(settings.sampling, **{name: value for name in ("temperature", "top_p", "top_k", "min_p", "seed")
                                              if (value := getattr(request, name)) is not None})
     generation = GenerationSettings(
         max_tokens=request.max_tokens if request.max_tokens is not None else settings.generation.max_tokens,
         stop=request.stop if request.stop is not None else settings.generation.stop,
+        max_tokens_cap=settings.generation.max_tokens_cap,
     )
+    cap = generation.max_tokens_cap
+    if cap is not None and request.max_tokens is not None and request.max_tokens > cap:
+        raise BodyError("max_tokens", f"max_tokens must be at most {cap}, the cap this runs with "
+                                      f"(--max-tokens-cap), got {request.max_tokens}")
     sampling.validate()
     generation.validate()
     if request.messages is not None:
         tokens = rt.chat_tokens(list(request.messages))
     else:
         tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
-    return Job(tokens, generation, sampling, key=_Pending(index, request))
-
+    speculation = None
+    if request.drafter is not None and request.drafter not in DRAFTERS:
+        raise BodyError("speculation.drafter", f"a request's drafter must be one of {', '.join(DRAFTERS)} (n-gram "
+                                               f"lookup: a draft model would need a context per sequence), got "
+                                               f"{request.drafter!r}")
+    if request.drafter is not None or request.k is not None:
+        speculation = replace(settings.speculation, **{name: value for name in ("drafter", "k")
+                                                       if (value := getattr(request, name)) is not None})
+    return Job(tokens, generation, sampling, key=_Pending(index, request), speculation=speculation)

@@ -68,6 +68,9 @@ OPTIONS: tuple[Opt, ...] = (
         "this.", "Speculation", "speculation.p_min", _GENERATE),
     Opt("max_tokens", ("--max-tokens", "-n"), int, 256, "Most tokens to generate.", "Sampling",
         "generation.max_tokens", _GENERATE),
+    Opt("max_tokens_cap", ("--max-tokens-cap",), int | None, None, "Most tokens one request may ask for (its "
+        "max_tokens); a request over it is refused (serve: 400; batch: an error record). Default: no cap but the "
+        "context.", "Sampling", "generation.max_tokens_cap", ("batch", "serve")),
     Opt("temperature", ("--temperature", "-t"), float, 0.0, "0 = greedy (the likeliest token at every step).",
         "Sampling", "sampling.temperature", _GENERATE),
     Opt("top_k", ("--top-k",), int, 40, "Keep the k likeliest tokens (0 = off).", "Sampling", "sampling.top_k",

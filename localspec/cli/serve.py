@@ -67,6 +67,7 @@ def serve(
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
         check_binding(host, key, insecure)
         lanes = parse_parallel(parallel)
+        check_drafter(options.speculation.drafter)
         if queue_timeout <= 0:
             raise UserError(f"--queue-timeout must be more than 0 seconds, got {queue_timeout:g}")
         if max_body < 1024:
@@ -79,11 +80,20 @@ def _serve_extra() -> Any:
     try:
         import uvicorn
 
-        import localspec.serve.app  # noqa: F401  (Starlette, pydantic)
+        import localspec.serve.app  # noqa: F401  (Starlette)
     except ImportError as e:
         raise UserError(f"localspec serve needs the 'serve' extra ({e.name} is missing): "
                         "pip install 'localspec[serve]'") from None
     return uvicorn
+
+
+def check_drafter(drafter: str) -> None:
+    """Before the model loads, in the server's words (the batch runtime would say "batch drafts with…")."""
+    from localspec.openai_body import DRAFTERS
+
+    if drafter not in DRAFTERS:
+        raise UserError(f"localspec serve drafts with n-gram lookup only (--drafter ngram, auto or none), not "
+                        f"{drafter!r}: a draft model would need a context for every request served at once")
 
 
 def is_loopback(host: str) -> bool:

@@ -23,12 +23,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from localspec.batch.request import Request as Generation
 from localspec.batch.run import make_job
-from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.events import Finished, Prefill, Step
-from localspec.serve.protocol import ApiError, ChatCompletionRequest, ChatMessage, CompletionRequest, parse
+from localspec.openai_body import Body, BodyError, Kind, loads
+from localspec.serve.protocol import ApiError, parse
 from localspec.serve.responses import Answer, timings
 from localspec.serve.service import Service, Ticket
 from localspec.speculative.scheduler import Failed
@@ -57,9 +56,10 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
     def authorize(request: Request) -> None:
         if limits.api_key is None:
             return
-        given = request.headers.get("authorization", "")
-        expected = f"Bearer {limits.api_key}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
+        # "Bearer KEY", the scheme in any case (RFC 7235: auth schemes are case-insensitive)
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        right = hmac.compare_digest(given.strip().encode(), limits.api_key.encode())
+        if scheme.lower() != "bearer" or not right:
             raise ApiError(401, "a valid API key is needed: send the header 'Authorization: Bearer KEY'",
                            type="authentication_error", code="invalid_api_key")
 
@@ -73,8 +73,8 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             if len(body) > limits.max_body:
                 raise ApiError(413, f"the request body is over {limits.max_body} bytes", code="request_too_large")
         try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as e:
+            return loads(bytes(body))
+        except ValueError as e:  # UnicodeDecodeError included
             raise ApiError(400, f"the request body is not valid JSON: {e}") from None
 
     def check_model(name: str | None) -> None:
@@ -82,34 +82,17 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             raise ApiError(404, f"the model {name!r} is not served here: use {model_name!r} (GET /v1/models)",
                            param="model", code="model_not_found")
 
-    def job_of(body: ChatCompletionRequest | CompletionRequest, answer: Answer) -> Any:
-        max_tokens = body.max_tokens
-        if isinstance(body, ChatCompletionRequest):
-            if not body.messages:
-                raise ApiError(400, "messages: at least one message is needed", param="messages")
-            max_tokens = body.max_completion_tokens or max_tokens
-            generation = Generation(answer.id, messages=tuple(_message(m, i) for i, m in enumerate(body.messages)))
-        else:
-            prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
-            generation = Generation(answer.id, prompt=prompt)
-        stop = [body.stop] if isinstance(body.stop, str) else body.stop
-        generation = replace(generation, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                             seed=body.seed, stop=tuple(stop) if stop is not None else None)
+    def job_of(body: Body, answer: Answer) -> Any:
         try:
-            job = make_job(rt, generation, 0, chat=False)
+            job = make_job(rt, replace(body.request, id=answer.id), 0, chat=False)
+        except BodyError as e:
+            raise ApiError(400, str(e), param=e.param) from None
         except UserError as e:
             raise ApiError(400, str(e)) from None
         if len(job.prompt) >= rt.lanes.n_ctx:
             raise ApiError(400, f"the prompt is {len(job.prompt)} tokens but a sequence holds {rt.lanes.n_ctx} "
                                 "(the server's --ctx)", param="messages" if answer.chat else "prompt",
                            code="context_length_exceeded")
-        if body.speculation is not None:
-            speculation = rt.settings.speculation
-            if body.speculation.drafter is not None:
-                speculation = replace(speculation, drafter=body.speculation.drafter)
-            if body.speculation.k is not None:
-                speculation = replace(speculation, k=body.speculation.k)
-            job.speculation = speculation
         return job
 
     async def queued(request: Request, ticket: Ticket) -> None:
@@ -123,12 +106,11 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                                 "retry later", type="server_error", code="server_busy",
                            headers={"Retry-After": str(max(1, round(limits.queue_timeout / 4)))})
 
-    async def generate(request: Request, kind: type[ChatCompletionRequest | CompletionRequest]) -> Response:
+    async def generate(request: Request, kind: Kind) -> Response:
         authorize(request)
         body = parse(kind, await read_json(request))
-        assert isinstance(body, ChatCompletionRequest | CompletionRequest)
         check_model(body.model)
-        answer = Answer(chat=kind is ChatCompletionRequest, model=model_name)
+        answer = Answer(chat=kind == "chat", model=model_name)
         ticket = service.submit(job_of(body, answer))
         try:
             await queued(request, ticket)
@@ -137,8 +119,7 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             service.queue.withdraw(ticket)
             raise
         if body.stream:
-            usage = body.stream_options is not None and body.stream_options.include_usage
-            return _EventStream(_sse(stream(answer, ticket, usage)), ticket)
+            return _EventStream(_sse(stream(answer, ticket, body.include_usage)), ticket)
         try:
             return JSONResponse(await watching(request, ticket, lambda: whole(answer, ticket)))
         finally:
@@ -183,10 +164,10 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                 return
 
     async def chat_completions(request: Request) -> Response:
-        return await answered(request, "chat/completions", lambda: generate(request, ChatCompletionRequest))
+        return await answered(request, "chat/completions", lambda: generate(request, "chat"))
 
     async def completions(request: Request) -> Response:
-        return await answered(request, "completions", lambda: generate(request, CompletionRequest))
+        return await answered(request, "completions", lambda: generate(request, "completion"))
 
     async def models(request: Request) -> Response:
         async def listing() -> Response:
@@ -238,18 +219,6 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
         Route("/metrics", metrics, methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
-
-
-def _message(message: ChatMessage, index: int) -> Message:
-    """A chat message as literal text (no special tokens: the template tokenizes it as text)."""
-    role = "system" if message.role == "developer" else message.role
-    content = message.content
-    if isinstance(content, list):
-        if any(part.type != "text" or part.text is None for part in content):
-            raise ApiError(400, f"messages[{index}].content: only text parts are supported",
-                           param=f"messages.{index}.content")
-        content = "".join(part.text or "" for part in content)
-    return Message(role, content or "")
 
 
 async def watching(request: Request, ticket: Ticket, wait: Callable[[], Awaitable[T]]) -> T:

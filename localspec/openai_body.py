@@ -1,0 +1,257 @@
+"""OpenAI request bodies, read once for every face that takes them: `localspec serve`'s routes, `localspec batch`'s
+lines (an OpenAI Batch line's ``body``, and localspec's own lines, which are the same fields beside an ``id``) and
+``generate_many``'s mappings. One reader, so that batch and serve cannot drift apart on what a body means.
+
+Strict: a known field of the wrong type or out of range is an error naming it (``"5"`` is not a number, as OpenAI's
+own server says). What localspec cannot do (``n`` > 1, logprobs, tools, a JSON response format, penalties) is an
+error that says so, never a silently different answer; a value that asks for nothing (``n: 1``,
+``presence_penalty: 0``, ``tools: []``) is accepted. Unknown fields are ignored, as OpenAI's server does.
+
+Plain Python rather than pydantic: batch and the Python API must not need the `serve` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from localspec.batch.request import Request
+from localspec.engine.chat import Message
+from localspec.errors import UserError
+from localspec.settings import TEMPERATURE_MAX
+
+Kind = Literal["chat", "completion"]
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+# many sequences share one pass, so only drafters that need no model of their own (a context per sequence)
+DRAFTERS = ("none", "ngram", "auto")
+K_MAX = 16
+STOPS_MAX = 4
+
+
+class BodyError(UserError):
+    """A body that cannot run as asked; ``param`` names the field (OpenAI's ``error.param``), dotted with list
+    indexes as ``messages.0.content``."""
+
+    def __init__(self, param: str | None, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """What one body asks for: the generation, and how the answer is to be sent (serve's concern; batch writes
+    every answer whole)."""
+
+    request: Request
+    model: str | None = None
+    stream: bool = False
+    include_usage: bool = False
+
+
+def loads(text: str | bytes) -> Any:
+    """JSON, with nesting too deep for Python's parser as a ValueError like any other bad JSON."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("it is nested too deeply") from None
+
+
+def parse_body(data: object, kind: Kind | None, id: str, *, style: str = "plain", line: int = 0) -> Body:
+    """``data`` as a chat (``messages``) or text completion (``prompt``) body; ``kind`` None: whichever the body
+    holds (localspec's own lines). BodyError names the first field it gets wrong."""
+    if not isinstance(data, Mapping):
+        raise BodyError(None, "the body must be a JSON object")
+    prompt, messages = _get(data, "prompt"), _get(data, "messages")
+    if kind is None:
+        if (prompt is None) == (messages is None):
+            raise BodyError(None, "give either a prompt or messages")
+        kind = "chat" if messages is not None else "completion"
+    if kind == "chat" and messages is None:
+        raise BodyError("messages", "a chat completion needs messages (a non-empty list)")
+    if kind == "completion" and prompt is None:
+        raise BodyError("prompt", "a text completion needs a prompt")
+    _unsupported(data, kind)
+    max_tokens = _number(data, "max_tokens", int, 1, None)
+    if kind == "chat":  # OpenAI's newer name for it, which wins where both are given
+        max_tokens = _number(data, "max_completion_tokens", int, 1, None) or max_tokens
+    stream_options = _get(data, "stream_options")
+    if stream_options is not None and not isinstance(stream_options, Mapping):
+        raise BodyError("stream_options", "stream_options must be an object")
+    speculation = _get(data, "speculation")
+    if speculation is not None and not isinstance(speculation, Mapping):
+        raise BodyError("speculation", "speculation must be an object")
+    speculation = speculation or {}
+    request = Request(
+        id,
+        prompt=_prompt(prompt) if kind == "completion" else None,
+        messages=_messages(messages) if kind == "chat" else None,
+        max_tokens=max_tokens,
+        temperature=_number(data, "temperature", float, 0, TEMPERATURE_MAX),
+        top_p=_number(data, "top_p", float, 0, 1, low_open=True),
+        top_k=_number(data, "top_k", int, 0, None),
+        min_p=_number(data, "min_p", float, 0, 1, high_open=True),
+        seed=_number(data, "seed", int, 0, None),
+        stop=_stop(_get(data, "stop")),
+        drafter=_drafter(_get(speculation, "drafter")),
+        k=_number(speculation, "k", int, 0, K_MAX, param="speculation.k"),
+        style=style,
+        line=line,
+    )
+    _number(speculation, "branches", int, 1, 1, param="speculation.branches",
+            why="token trees are not verified inside the shared pass")
+    return Body(request, model=_string(data, "model"), stream=bool(_flag(data, "stream")),
+                include_usage=bool(_flag(stream_options or {}, "include_usage", "stream_options.include_usage")))
+
+
+def check_text(request: Request) -> None:
+    """Every text of ``request`` is valid Unicode: JSON's ``\\ud800`` escape gives Python a lone surrogate, which
+    no tokenizer (and no UTF-8 file) can take."""
+    if request.prompt is not None:
+        _unicode(request.prompt, "prompt")
+    for i, message in enumerate(request.messages or ()):
+        _unicode(message.content, f"messages.{i}.content")
+    for i, stop in enumerate(request.stop or ()):
+        _unicode(stop, f"stop.{i}")
+
+
+# -- what localspec cannot do --
+
+# field → the values that ask for nothing; any other value is refused, with why
+_NO_OPS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "n": ((1,), "only n=1 is supported (one choice per request); send several requests instead"),
+    "best_of": ((1,), "only best_of=1 is supported (one choice per request)"),
+    "presence_penalty": ((0,), "presence_penalty is not supported (it would change the answer): leave it 0"),
+    "frequency_penalty": ((0,), "frequency_penalty is not supported (it would change the answer): leave it 0"),
+    "logit_bias": (({},), "logit_bias is not supported: leave it out or empty"),
+    "tools": (([],), "tools (function calling) are not supported: the answer is text"),
+    "functions": (([],), "functions (function calling) are not supported: the answer is text"),
+    "tool_choice": (("none",), "tool_choice: tools are not supported, so only 'none'"),
+    "function_call": (("none",), "function_call: functions are not supported, so only 'none'"),
+    "response_format": (({"type": "text"},), "response_format: only {\"type\": \"text\"} is supported (no JSON "
+                                              "mode or schema)"),
+    "modalities": ((["text"],), "modalities: only [\"text\"] is supported"),
+    "audio": ((), "audio output is not supported"),
+    "echo": ((False,), "echo is not supported"),
+    "suffix": (("",), "suffix (fill-in-the-middle) is not supported"),
+    "logprobs": ((False, 0), "logprobs are not supported"),
+    "top_logprobs": ((0,), "logprobs are not supported"),
+}
+
+
+def _unsupported(data: Mapping[str, Any], kind: Kind) -> None:
+    for name, (fine, why) in _NO_OPS.items():
+        value = _get(data, name)
+        if value is None:
+            continue
+        # True == 1 and 0.0 == 0 in Python; a bool only stands for itself
+        if not any(value == f and isinstance(value, bool) == isinstance(f, bool) for f in fine):
+            raise BodyError(name, why)
+
+
+# -- fields --
+
+
+def _get(data: Mapping[str, Any], key: str) -> Any:
+    """A field's value; null is the same as leaving it out."""
+    return data.get(key)
+
+
+def _unicode(text: str, param: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BodyError(param, f"{param} holds a lone surrogate ({text[e.start]!a} at character {e.start}): "
+                               "it is not valid Unicode; send the character it was meant to be") from None
+    return text
+
+
+def _prompt(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 1:  # OpenAI's prompt may be a list: one string at most here
+        value = value[0]
+    if not isinstance(value, str):
+        raise BodyError("prompt", "prompt must be a string (or a list of one string)")
+    return _unicode(value, "prompt")
+
+
+def _messages(raw: Any) -> tuple[Message, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise BodyError("messages", "messages must be a non-empty list")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, Mapping) or m.get("role") not in ROLES:
+            raise BodyError(f"messages.{i}.role", f"messages[{i}]: each message needs a role "
+                                                  f"({', '.join(ROLES)}) and content")
+        out.append(Message(ROLES[m["role"]], _content(m, i)))
+    return tuple(out)
+
+
+def _content(message: Mapping[str, Any], i: int) -> str:
+    param = f"messages.{i}.content"
+    content = message.get("content")
+    if content is None and message["role"] == "assistant":  # OpenAI's: an assistant turn that only called tools
+        return ""
+    if isinstance(content, list):  # OpenAI's content parts: text only
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise BodyError(param, f"messages[{i}].content: only text parts are supported")
+            texts.append(part["text"])
+        content = "".join(texts)
+    if not isinstance(content, str):
+        raise BodyError(param, f"messages[{i}]: a message's content must be a string or a list of text parts")
+    return _unicode(content, param)
+
+
+def _number(data: Mapping[str, Any], key: str, kind: type, low: float, high: float | None, *,
+            low_open: bool = False, high_open: bool = False, param: str | None = None, why: str = "") -> Any:
+    value = _get(data, key)
+    param = param or key
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise BodyError(param, f"{param} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+    above = value > low if low_open else value >= low
+    below = high is None or (value < high if high_open else value <= high)
+    if not (above and below):  # NaN fails both
+        if high is None:
+            rule = f"at least {low:g}" if low else "0 or more"
+        elif low == high:
+            rule = f"{low:g}" + (f" ({why})" if why else "")
+        else:
+            rule = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            if not low_open and not high_open:
+                rule = f"between {low:g} and {high:g}"
+        raise BodyError(param, f"{param} must be {rule}, got {value!r}")
+    return kind(value)
+
+
+def _stop(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > STOPS_MAX:
+        raise BodyError("stop", f"stop must be a non-empty string or a list of at most {STOPS_MAX} of them")
+    return tuple(_unicode(s, "stop") for s in stops)
+
+
+def _drafter(value: Any) -> str | None:
+    if value is not None and value not in DRAFTERS:
+        raise BodyError("speculation.drafter", "speculation.drafter must be none, ngram or auto (n-gram lookup: a "
+                                               "draft model would need a context per sequence)")
+    return value
+
+
+def _string(data: Mapping[str, Any], key: str) -> str | None:
+    value = _get(data, key)
+    if value is not None and not isinstance(value, str):
+        raise BodyError(key, f"{key} must be a string")
+    return value
+
+
+def _flag(data: Mapping[str, Any], key: str, param: str | None = None) -> bool | None:
+    value = _get(data, key)
+    if value is not None and not isinstance(value, bool):
+        raise BodyError(param or key, f"{param or key} must be true or false")
+    return value

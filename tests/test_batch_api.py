@@ -1,0 +1,55 @@
+"""The Python face, ``localspec.generate_many`` / ``localspec.generate``, held to what its docstring promises
+(issue #27): a string where a list belongs, a wrong type and ids used twice are UserErrors before the model loads;
+one bad prompt is an error result and the rest run; ``stop`` may be one string."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import localspec
+from localspec.batch.request import Request
+from localspec.errors import UserError
+
+
+@pytest.mark.parametrize(("prompts", "options", "message"), [
+    ("hey", {}, "a list of prompts, not one str"),
+    ({"prompt": "hey"}, {}, "a list of prompts"),
+    (["a"], {"temperature": "hot"}, "temperature must be a number, got 'hot'"),
+    (["a"], {"max_tokens": 2.5}, "max_tokens must be an integer"),
+    (["a"], {"max_tokens": True}, "max_tokens must be an integer"),
+    (["a"], {"seed": "1"}, "seed must be an integer (or None)"),
+    (["a"], {"stop": ["ok", 3]}, "stop must be a string or a list of strings"),
+    (["a"], {"drafter": 5}, "drafter must be a string"),
+    (["a", {"id": "0", "prompt": "b"}], {}, "id '0' is given to prompt 0 and prompt 1"),
+    ([Request("x", prompt="a"), Request("x", prompt="b")], {}, "ids must be unique"),
+])
+def test_bad_calls_are_a_user_error_before_the_model_loads(prompts: object, options: dict, message: str) -> None:
+    with pytest.raises(UserError) as got:
+        list(localspec.generate_many(prompts, model="/nonexistent/never-loaded.gguf", **options))  # type: ignore[arg-type]
+    assert message in str(got.value)
+
+
+def test_generate_raises_a_user_error_for_a_prompt_it_cannot_read() -> None:
+    with pytest.raises(UserError, match="lone surrogate"):
+        localspec.generate("a\ud800b", model="/nonexistent/never-loaded.gguf")
+    with pytest.raises(UserError, match="messages must be a non-empty list"):
+        localspec.generate({"messages": []}, model="/nonexistent/never-loaded.gguf")
+
+
+def test_a_bad_prompt_is_an_error_result_and_a_stop_string_is_one_string(model_path: Path) -> None:
+    prompts = [
+        "Here is a list: apples, pears, plums, cherries, grapes.\nRepeat the list exactly:\n",
+        {"id": "bad", "prompt": "p", "temperature": "hot"},
+        "a\ud800b",
+        {"id": None, "prompt": "1, 2, 3,"}  # a null id: named by its place,
+    ]
+    results = list(localspec.generate_many(prompts, model=str(model_path), ctx=256, max_tokens=8, parallel=2,
+                                           ordered=True, stop="country"))
+    assert [r.id for r in results] == ["0", "bad", "2", "3"]
+    assert [r.ok for r in results] == [True, False, False, True]
+    assert "temperature must be a number" in (results[1].error or "")
+    assert "lone surrogate" in (results[2].error or "")
+    # "country" split into letters would have stopped at the first c, o, u, n, t, r or y
+    assert len(results[0].tokens) == 8 and any(c in results[0].text for c in "country"), results[0].text
