@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from localspec.batch.files import ResultWriter, done_ids, parse_line, read_requests
+from localspec.batch.files import ResultWriter, done_ids, is_stream, parse_line, read_requests
 from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.cli import app
@@ -113,25 +114,69 @@ def test_resuming_keeps_successes_drops_failures_and_a_torn_line(tmp_path: Path)
     (["{good}", "-o", "{out}", "--replay-costs", "nope", "--summary", "{out}.s"], "no cost table"),
     (["{good}", "-o", "{out}", "--drafter", "early-exit"], "n-gram lookup only"),
     (["{good}", "-o", "{out}", "--temperature", "-1"], "--temperature must be between 0 and 5"),
+    (["{good}", "-o", "{out}", "--max-tokens", "100", "--max-tokens-cap", "50"], "--max-tokens-cap"),
+    # the prompts as the results: compared as files, not names
+    (["{good}", "-o", "{good}"], "are the same file"),
+    (["{good}", "-o", "{hard}"], "are the same file"),
+    (["{good}", "-o", "{link}"], "are the same file"),
+    (["{good}", "-o", "{out}", "--summary", "{link}"], "are the same file"),
+    # found out before the job runs, not after
+    (["{good}", "-o", "{out}", "--summary", "{tmp}/no/such/folder/s.json"], "there is no folder"),
+    (["{good}", "-o", "{tmp}/no/such/folder/out.jsonl"], "there is no folder"),
+    (["{good}", "-o", "{tmp}"], "is a folder"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    paths = {"missing": str(tmp_path / "none.jsonl"), "out": str(tmp_path / "out.jsonl"),
-             "good": str(write(tmp_path / "good.jsonl", [{"id": "a", "prompt": "x"}])),
+    good = write(tmp_path / "good.jsonl", [{"id": "a", "prompt": "x"}])
+    (tmp_path / "hard.jsonl").hardlink_to(good)
+    (tmp_path / "link.jsonl").symlink_to(good)
+    paths = {"missing": str(tmp_path / "none.jsonl"), "out": str(tmp_path / "out.jsonl"), "good": str(good),
+             "hard": str(tmp_path / "hard.jsonl"), "link": str(tmp_path / "link.jsonl"), "tmp": str(tmp_path),
              "dup": str(write(tmp_path / "dup.jsonl", [{"id": "a", "prompt": "x"}, {"id": "a", "prompt": "y"}]))}
+    before = good.stat()
     result = CliRunner().invoke(app, ["batch", *(a.format(**paths) for a in args)])
     assert_one_line_error(result.exit_code, result.stderr, message)
     assert not (tmp_path / "out.jsonl").exists() or "ids must be unique" not in message
+    after = good.stat()  # the prompts untouched: same content, same mode
+    assert good.read_text() == '{"id": "a", "prompt": "x"}\n' and after.st_mode == before.st_mode
+
+
+def test_a_rerun_with_all_done_still_writes_the_whole_jobs_summary(tmp_path: Path) -> None:
+    inp = write(tmp_path / "in.jsonl", [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y"}])
+    out, summary = tmp_path / "out.jsonl", tmp_path / "summary.json"
+    with ResultWriter(out, "m") as writer:
+        for name in ("a", "b"):
+            writer.write(Result(name, "done", [1, 2]), Request(name, prompt="p"))
+    result = CliRunner().invoke(app, ["batch", str(inp), "-o", str(out), "--summary", str(summary),
+                                      "--model", "/nonexistent/never-loaded.gguf"])
+    assert result.exit_code == 0, result.output
+    assert "2 of 2 already done" in result.stderr
+    totals = json.loads(summary.read_text())
+    assert (totals["prompts"], totals["ok"], totals["failed"], totals["already_done"], totals["ran"]) == (2, 2, 0, 2, 0)
+
+
+def test_a_stream_output_is_written_and_never_read_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert is_stream(Path("-")) and is_stream(fifo) and is_stream(Path("/dev/null"))
+    assert not is_stream(tmp_path / "new.jsonl") and not is_stream(write(tmp_path / "f.jsonl", []))
+    with ResultWriter(Path("-"), "m") as writer:
+        writer.write(Result("a", "A", [1]), Request("a", prompt="p"))
+    assert json.loads(capsys.readouterr().out)["text"] == "A"
+    assert not (tmp_path / "-").exists()
 
 
 def test_a_real_job_writes_every_line_and_resumes_without_redoing_work(tmp_path: Path, model_path: Path) -> None:
-    inp = write(tmp_path / "in.jsonl", [*JOB, "not json", {"id": "long", "prompt": "word " * 600}])
+    # a lone surrogate (JSON's "\ud800") once made every run of the job a traceback
+    inp = write(tmp_path / "in.jsonl", [*JOB, "not json", {"id": "long", "prompt": "word " * 600},
+                                        '{"id": "odd", "prompt": "a\\ud800b"}'])
     out, summary = tmp_path / "out.jsonl", tmp_path / "summary.json"
     args = ["batch", str(inp), "-o", str(out), "--model", str(model_path), "--ctx", "512", "--quiet"]
     result = CliRunner().invoke(app, [*args, "--summary", str(summary), "--replay-costs", "h100"])
     assert result.exit_code == 1, result.output
-    assert "2 of 6 prompts failed" in result.stderr
+    assert "3 of 7 prompts failed" in result.stderr
     by_id = {d.get("custom_id", d.get("id")): d for d in lines(out)}
-    assert sorted(by_id) == ["a", "b", "c", "d", "line-5", "long"]
+    assert sorted(by_id) == ["a", "b", "c", "d", "line-5", "long", "odd"]
+    assert "lone surrogate" in by_id["odd"]["error"]
     a = by_id["a"]
     assert a["tokens"] == 12 and a["finish_reason"] == "length" and a["stats"]["generated_tokens"] == 12
     assert "\n" not in by_id["b"]["text"]  # its own stop
@@ -142,13 +187,16 @@ def test_a_real_job_writes_every_line_and_resumes_without_redoing_work(tmp_path:
     assert by_id["d"]["response"]["body"]["choices"][0]["text"]
     assert "not JSON" in by_id["line-5"]["error"] and "raise --ctx" in by_id["long"]["error"]
     totals = json.loads(summary.read_text())
-    assert totals["prompts"] == 6 and totals["ok"] == 4 and totals["failed"] == 2
+    assert totals["prompts"] == 7 and totals["ok"] == 4 and totals["failed"] == 3
     assert totals["generated_tokens"] == sum(d["tokens"] for d in by_id.values() if "tokens" in d) + sum(
         d["response"]["body"]["usage"]["completion_tokens"] for d in by_id.values() if d.get("response"))
     assert totals["replayed"]["tokens_per_second"] > 0 and "H100" in totals["replayed"]["device"]
-    # again: the four successes are skipped, the two failures run (and fail) again, and no line is doubled
-    again = CliRunner().invoke(app, args)
-    assert again.exit_code == 1 and "4 of 6 already done" in again.stderr
+    # again: the four successes are skipped, the three failures run (and fail) again, and no line is doubled; the
+    # summary counts the whole job, and says what this run did
+    again = CliRunner().invoke(app, [*args, "--summary", str(summary)])
+    assert again.exit_code == 1 and "4 of 7 already done" in again.stderr
+    totals = json.loads(summary.read_text())
+    assert (totals["prompts"], totals["ok"], totals["failed"], totals["already_done"], totals["ran"]) == (7, 4, 3, 4, 3)
     assert sorted(d.get("custom_id", d.get("id")) for d in lines(out)) == sorted(by_id)
     assert [d for d in lines(out) if "error" not in d or d["error"] is None] == [
         d for d in by_id.values() if "error" not in d or d["error"] is None]  # the successes, untouched
@@ -173,3 +221,16 @@ def test_ctrl_c_stops_the_job_leaves_whole_lines_and_says_how_to_resume(tmp_path
     assert "run the same command again to resume" in text and "Traceback" not in text
     written = lines(out)  # every line whole
     assert 1 <= len(written) < 12 and all(d["tokens"] >= 1 for d in written)
+
+
+def test_results_to_a_pipe_come_out_and_the_job_ends(tmp_path: Path, model_path: Path) -> None:
+    # `-o /dev/stdout | cat` once hung: reading the pipe it writes, to resume, waits forever
+    inp = write(tmp_path / "in.jsonl", [{"id": "a", "prompt": "1, 2, 3,", "max_tokens": 3}, {"id": None, "prompt": 5}])
+    proc = subprocess.run(
+        [sys.executable, "-m", "localspec", "batch", str(inp), "-o", "/dev/stdout", "--model", str(model_path),
+         "--ctx", "256", "--parallel", "1", "--quiet"],
+        capture_output=True, text=True, timeout=300,  # a bound on a hang, not a timing assertion
+    )  # fmt: skip
+    assert proc.returncode == 1 and "error records are on stdout" in proc.stderr, proc.stderr
+    by_id = {d["id"]: d for d in (json.loads(line) for line in proc.stdout.splitlines())}
+    assert by_id["a"]["tokens"] == 3 and "prompt must be a string" in by_id["line-2"]["error"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -43,7 +44,8 @@ def parse_parallel(value: str) -> int | None:
 def batch(
     input_path: Annotated[Path, typer.Argument(metavar="IN.jsonl", help="Prompts, one JSON object a line.")],
     output: Annotated[Path, typer.Option("--output", "-o", metavar="OUT.jsonl",
-                                         help="Results, one JSON line per prompt; run again to resume.")],
+                                         help="Results, one JSON line per prompt; run again to resume. '-' (or a "
+                                         "pipe): the lines on stdout, and no resuming.")],
     parallel: Annotated[str, typer.Option("--parallel", help="Sequences decoded together: 'auto' (as many as pay "
                                           "on this device's pass costs, at most 8) or a number.")] = "auto",
     chat: Annotated[bool, typer.Option("--chat", help="Wrap plain prompts in the model's chat template "
@@ -75,7 +77,7 @@ def batch(
 
       localspec batch requests.jsonl -o out.jsonl --parallel 4 --summary totals.json
     """
-    from localspec.batch.files import ResultWriter, done_ids, read_requests
+    from localspec.batch.files import ResultWriter, done_ids, is_stream, read_requests
 
     with user_errors():
         lanes = parse_parallel(parallel)
@@ -88,14 +90,19 @@ def batch(
                 raise UserError("--replay-costs replays greedy jobs only: drop --temperature")
             if summary is None:
                 raise UserError("--replay-costs writes its figures into the summary: add --summary FILE")
+        stream = is_stream(output)
+        check_paths(input_path, None if stream else output, summary)
         requests, bad = read_requests(input_path)
-        done = done_ids(output)
+        done = set() if stream else done_ids(output)
         todo = [r for r in requests if r.id not in done]
         bad = [b for b in bad if b.id not in done]
+        job = {"prompts": len(requests) + len(bad), "already_done": len(requests) - len(todo)}
         if done:
-            _say(f"resuming {output}: {len(requests) - len(todo)} of {len(requests) + len(bad)} already done", False)
-            if not todo and not bad:
-                return
+            _say(f"resuming {output}: {job['already_done']} of {job['prompts']} already done", False)
+        if not todo and not bad:
+            if summary is not None:
+                _write_summary(summary, {**job, "ok": job["already_done"], "failed": 0, "ran": 0, **_NOTHING_RUN})
+            return
         with ExitStack() as stack:
             cancelled = stack.enter_context(ctrl_c_as_request())
             from localspec.runtime import BatchRuntime
@@ -109,19 +116,65 @@ def batch(
             totals = _run(rt, todo, writer, chat, cancelled, quiet)
             failed = totals["failed"] + len(bad)
             if summary is not None:  # while the model is open: a replay tokenizes the prompts again
-                doc = {**totals, "prompts": len(todo) + len(bad), "failed": failed, "ok": totals["ok"],
-                       "device": rt.device, "parallel": rt.parallel}
+                # the counts are the whole job's (a resumed run included what earlier runs did); the measures,
+                # this run's
+                doc = {**totals, **job, "ok": job["already_done"] + totals["ok"], "failed": failed,
+                       "ran": len(todo) + len(bad), "device": rt.device, "parallel": rt.parallel}
                 if table is not None:
                     doc["replayed"] = _replay(rt, todo, totals["results"], table, chat)
                 doc.pop("results")
                 _write_summary(summary, doc)
         if totals["interrupted"]:
-            _say(f"interrupted: {totals['ok'] + failed} of {len(todo) + len(bad)} done; run the same command again "
-                 "to resume", False)
+            again = ("run the same command again to resume" if not stream else
+                     f"{output} is not a file, so nothing can be resumed from it: use -o FILE to be able to")
+            _say(f"interrupted: {totals['ok'] + failed} of {len(todo) + len(bad)} done; {again}", False)
             raise typer.Exit(130)
     if failed:
-        _say(f"{failed} of {len(todo) + len(bad)} prompts failed: their error records are in {output}", False)
+        where = "on stdout" if str(output) in ("-", "/dev/stdout") else f"in {output}"
+        _say(f"{failed} of {len(todo) + len(bad)} prompts failed: their error records are {where}", False)
         raise typer.Exit(1)
+
+
+# what a summary says of the work done when there was nothing left to run
+_NOTHING_RUN = {"generated_tokens": 0, "drafted": 0, "accepted": 0, "seconds": 0.0, "tokens_per_second": 0.0,
+                "passes": 0, "mean_rows_per_pass": 0.0, "shared_prefix_tokens": 0, "interrupted": False,
+                "device": None, "parallel": 0}
+
+
+def check_paths(input_path: Path, output: Path | None, summary: Path | None) -> None:
+    """Before any work: the results and the summary can be written, and neither would overwrite the prompts or
+    each other (the same file under another name, a hard link or a symbolic link counts: files are compared, not
+    names). ``output`` None: a stream."""
+    named = [("IN.jsonl", input_path), ("-o", output), ("--summary", summary)]
+    for i, (what, path) in enumerate(named):
+        for other, other_path in named[:i]:
+            if path is not None and other_path is not None and _same_file(path, other_path):
+                raise UserError(f"{what} {path} and {other} {other_path} are the same file: the job would overwrite "
+                                f"{'the prompts' if other == 'IN.jsonl' else 'its results'}; write to another file")
+    for what, path in named[1:]:
+        if path is not None:
+            _writable(path, what)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): it cannot be the other
+        return False
+
+
+def _writable(path: Path, what: str) -> None:
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a folder: give the name of a file")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise UserError(f"cannot write {what} {path}: permission denied")
+        return
+    folder = path.parent
+    if not folder.is_dir():
+        raise UserError(f"cannot write {what} {path}: there is no folder {folder}; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write {what} {path}: the folder {folder} is not writable")
 
 
 def _run(rt: BatchRuntime, requests: list[Request], writer: ResultWriter, chat: bool,
