@@ -51,7 +51,8 @@ def batch(
     chat: Annotated[bool, typer.Option("--chat", help="Wrap plain prompts in the model's chat template "
                                        "(`messages` lines always are).")] = False,
     summary: Annotated[Path | None, typer.Option("--summary", metavar="FILE",
-                                                 help="Write the job's totals as JSON.")] = None,
+                                                 help="Write the job's totals as JSON: counts for the "
+                                                 "whole job (earlier runs included), measures for this run.")] = None,
     replay_costs: Annotated[str | None, typer.Option("--replay-costs", metavar="TABLE",
                                                      help="With --summary: also price the same job on a cost "
                                                      "table (h100, spr-2t, epyc-avx2-2t, or a file).")] = None,
@@ -63,11 +64,13 @@ def batch(
 
     A line is {"id": ..., "prompt": ...} or {"id": ..., "messages": [...]}, with its own settings where it wants them.
 
-    Line settings: max_tokens, temperature, top_p, seed, stop. They override the command's options.
+    Line settings: an OpenAI body's (max_tokens, temperature, top_p, seed, stop, ...), read as serve reads them.
+    They override the command's options.
 
     OpenAI Batch API lines (custom_id, method, url, body) work too, and get OpenAI Batch output lines.
 
     Each result is appended to OUT.jsonl as it finishes; the same command again skips the prompts already done.
+    With -o - (or a pipe) the results go to stdout instead, and cannot be resumed.
 
     A bad line becomes an error record and the job goes on. Exit code 0: all succeeded; 1: some failed; 2: bad usage.
 
