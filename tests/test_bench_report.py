@@ -4,12 +4,13 @@ the terminal table and the chart (or the message when matplotlib is missing)."""
 from __future__ import annotations
 
 import json
-import sys
+import os
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from localspec.bench import formats, output
 from localspec.bench import report as rep
 from localspec.bench.compare import NEAR_TIE_MARGIN, Divergence, annotate, first_divergence, first_text_divergence
 from localspec.bench.records import RunRecord
@@ -91,7 +92,7 @@ def test_anchor_runs_are_compared_by_text() -> None:
 def test_json_schema_medians_and_summary() -> None:
     records = _records()
     annotate(records, _gap)
-    doc = rep.to_json(_report(records, categories=["grounded", "chat"], planned_runs=8))
+    doc = formats.to_json(_report(records, categories=["grounded", "chat"], planned_runs=8))
     assert set(doc) >= {"model", "machine", "results", "summary"}
     assert doc["machine"] == {"cpu": "Test CPU (2 cores)", "threads": 2, "device": "", "gpu_layers": 0,
                               "llama_cpp_version": "0.0.0"}
@@ -117,12 +118,12 @@ def test_table_and_markdown_show_counts_and_divergences() -> None:
     annotate(records, _gap)
     report = _report(records, categories=["grounded", "chat"], interrupted=True, planned_runs=12)
     console = Console(record=True, width=200)
-    console.print(rep.render_table(report))
+    console.print(formats.render_table(report))
     table = console.export_text()
     assert "PARTIAL: 8/12 runs" in table
     assert "1/2 (1 near-tie)" in table and "1/2 (1 NOT near-tie)" in table
     assert "(all)" in table
-    md = rep.to_markdown(report, chart="bench.png")
+    md = formats.to_markdown(report, chart="bench.png")
     assert "Produced by `localspec bench`" in md and "![speedup by category and drafter](bench.png)" in md
     assert "| grounded | ngram | 27.0 | 2.50x | 50% | 2.00 | 1/2 (1 near-tie) |" in md
     assert "p2 · ngram · repeat 2: differs at token 4: NOT a near-tie" in md
@@ -135,22 +136,43 @@ def test_chart_is_a_png(tmp_path: Path) -> None:
 
     records = _records()
     annotate(records, _gap)
-    files, warning = rep.write_outputs(_report(records), tmp_path)
+    files, warning = output.write_outputs(_report(records), tmp_path)
     assert warning is None
-    png = tmp_path / rep.CHART_NAME
+    png = tmp_path / output.CHART_NAME
     assert png in files and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert matplotlib.image.imread(png).shape[0] > 100
 
 
+def _matplotlib_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """A `matplotlib` package first on the PYTHONPATH that the chart's child process inherits, whose import runs
+    ``body``."""
+    stub = tmp_path / "stub" / "matplotlib"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text(body)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stub.parent), os.environ.get("PYTHONPATH")])))
+
+
 def test_missing_matplotlib_gives_a_clear_message_and_still_writes(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    _matplotlib_stub(tmp_path, monkeypatch, "raise ImportError('No module named matplotlib')\n")
     records = _records()
     annotate(records)
-    files, warning = rep.write_outputs(_report(records), tmp_path / "out")
+    files, warning = output.write_outputs(_report(records), tmp_path / "out")
     assert warning is not None and "pip install 'localspec[plot]'" in warning
-    assert {f.name for f in files} == {rep.JSON_NAME, rep.MARKDOWN_NAME}
-    assert "![" not in (tmp_path / "out" / rep.MARKDOWN_NAME).read_text()
+    assert {f.name for f in files} == {output.JSON_NAME, output.MARKDOWN_NAME}
+    assert "![" not in (tmp_path / "out" / output.MARKDOWN_NAME).read_text()
+
+
+def test_a_chart_that_crashes_its_process_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as `import matplotlib.pyplot` did after llama.cpp's CUDA libraries on an H100: a segfault, for real
+    _matplotlib_stub(tmp_path, monkeypatch, "import ctypes\nctypes.string_at(0)\n")
+    records = _records()
+    annotate(records)
+    out = tmp_path / "out"
+    files, warning = output.write_outputs(_report(records), out)
+    assert warning == "no chart: drawing it crashed (SIGSEGV)"
+    assert {f.name for f in files} == {output.JSON_NAME, output.MARKDOWN_NAME}
+    assert json.loads((out / output.JSON_NAME).read_text())["results"] and "![" not in (out / "bench.md").read_text()
 
 
 def test_repeats_that_disagree_beyond_noise_are_flagged() -> None:
@@ -192,7 +214,7 @@ def test_tree_passes_and_branches_per_tree_pass_in_json_table_and_markdown() -> 
     assert old.tree_passes is None and old.tree_share is None and old.branches_per_tree_pass is None
     assert by[("p1", "none")].tree_share is None  # the baseline drafts nothing
 
-    doc = rep.to_json(report)
+    doc = formats.to_json(report)
     rows = {(r["prompt_id"], r["drafter"]): r for r in doc["results"]}
     assert rows[("p1", "ngram")]["tree_passes"] == 3.0
     assert rows[("p1", "ngram")]["tree_pass_share"] == 0.3
@@ -207,10 +229,10 @@ def test_tree_passes_and_branches_per_tree_pass_in_json_table_and_markdown() -> 
     json.dumps(doc)
 
     console = Console(record=True, width=200)
-    console.print(rep.render_table(report))
+    console.print(formats.render_table(report))
     table = console.export_text()
     assert "tree passes" in table and "branches/tree" in table
-    md = rep.to_markdown(report)
+    md = formats.to_markdown(report)
     assert "| grounded | ngram | 20.0 | 2.00x | 50% | 2.00 | 4/4 | 15% | 2.3 |" in md
     assert "| grounded | auto | 15.0 | 1.50x | 50% | 2.00 | 2/2 | – | – |" in md  # old records: unknown
     assert "| p1 | grounded | ngram | 20.0 | 2.00x | 50% | 2.00 | 2/2 | 30% | 2.3 |" in md

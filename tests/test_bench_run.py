@@ -123,6 +123,25 @@ def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> Non
     assert matplotlib.image.imread(out / "bench.png").ndim == 3
 
 
+def test_bench_out_survives_a_chart_that_crashes_and_exits_0(tmp_path: Path, model_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # the chart is drawn in a child process, after bench.json and bench.md are written; here matplotlib's import
+    # segfaults in that child (a stub first on its PYTHONPATH), as it did after llama.cpp's CUDA libraries on an H100
+    stub = tmp_path / "stub" / "matplotlib"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("import ctypes\nctypes.string_at(0)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stub.parent), os.environ.get("PYTHONPATH")])))
+    suite = _suite(tmp_path, json.dumps({"id": "a", "category": "c", "max_tokens": 4, "prompt": "1, 2, 3,"}) + "\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none", "--repeat", "1",
+                                      "--model", str(model_path), "--ctx", "256", "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((out / "bench.json").read_text())["results"] and (out / "bench.md").exists()
+    assert not (out / "bench.png").exists()
+    said = [line for line in result.stderr.splitlines() if "chart" in line]
+    assert len(said) == 1 and "crashed (SIGSEGV)" in said[0] and "bench.json" in said[0], result.stderr
+
+
 def test_bench_parallel_runs_the_suite_as_one_batch_beside_one_at_a_time(tmp_path: Path, model_path: Path) -> None:
     suite = _suite(tmp_path, "\n".join(json.dumps({"id": f"p{i}", "category": "grounded", "max_tokens": 12,
                                                    "prompt": f"Repeat: red, green, blue, {i}. Again: red,"})
@@ -132,9 +151,23 @@ def test_bench_parallel_runs_the_suite_as_one_batch_beside_one_at_a_time(tmp_pat
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Live on this machine, --parallel 2" in out
-    for way in ("one at a time, none", "batch, none", "one at a time, ngram", "batch, ngram"):
+    for way in ("one at a time, none", "batch, none", "one at a time, ngram", "batch, ngram",
+                "one at a time, ngram:k3", "batch, ngram:k3"):  # a pinned entry runs too, with its own k
         assert out.count(f"| {way} |") == 4  # live, and on each of the 3 shipped tables
-    assert "Replayed on h100" in out and "ngram:k3" not in out  # a pinned variant has no batch form
+    assert "Replayed on h100" in out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--drafters", "none,ngram:b4"], "no token trees: drop ngram:b4"),
+    (["--drafters", "none,draft", "--draft", "x.gguf"], "drop draft from --drafters"),
+    (["--anchors"], "leave --anchors out"),
+])
+def test_bench_parallel_refuses_what_a_batch_cannot_run_instead_of_dropping_it(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    suite = _suite(tmp_path, '{"id": "a", "category": "c", "prompt": "x"}\n')
+    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--parallel", "2", *args])
+    assert_one_line_error(result.exit_code, result.stderr, message)
 
 
 def test_bench_parallel_checks_its_value_before_loading_a_model(tmp_path: Path) -> None:

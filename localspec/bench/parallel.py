@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from localspec.batch.request import Request
 from localspec.batch.run import make_job, run_requests
 from localspec.bench.replay import Known, load_cost_table, replay_batch, shipped_tables
+from localspec.bench.runner import split_variant
 from localspec.bench.suite import Suite
 from localspec.events import Finished
 from localspec.runtime import BatchRuntime, Runtime
@@ -58,12 +59,15 @@ def as_batch(rt: BatchRuntime, suite: Suite, known: list[Known] | None = None) -
 
 def live(settings: Settings, suite: Suite, drafters: list[str], parallel: int | None, rounds: int,
          say: Callable[[str], None]) -> tuple[list[Way], int, list[Known]]:
-    """Every drafter one at a time and as a batch, ``rounds`` times alternating; the lanes used; the outputs."""
+    """Every drafter one at a time and as a batch, ``rounds`` times alternating; the lanes used; the outputs.
+    A pinned entry (NAME:kN) drafts that fixed length, alone and in every sequence of the batch."""
     opened: dict[tuple[str, bool], Runtime | BatchRuntime] = {}
     known: list[Known] = []
     try:
         for drafter in drafters:
-            s = replace(settings, speculation=replace(settings.speculation, drafter=drafter))
+            name, k, _ = split_variant(drafter)
+            speculation = replace(settings.speculation, drafter=name, k=settings.speculation.k if k is None else k)
+            s = replace(settings, speculation=speculation)
             opened[(drafter, False)] = Runtime.open(s)
             opened[(drafter, True)] = BatchRuntime.open(s, parallel, jobs=len(suite.prompts))
         rates: dict[tuple[str, bool], list[float]] = {key: [] for key in opened}
@@ -85,7 +89,8 @@ def replayed(known: list[Known], drafters: list[str], parallel: int) -> list[tup
     out = []
     for name in sorted(shipped_tables()):
         table = load_cost_table(name)
-        ways = [Way(d, b, replay_batch(d, known, table, parallel if b else 1).tokens_per_second)
+        ways = [Way(d, b, replay_batch(split_variant(d)[0], known, table, parallel if b else 1,
+                                       k=split_variant(d)[1]).tokens_per_second)
                 for d in drafters for b in (False, True)]
         out.append((f"{name} ({table.device})", ways))
     return out

@@ -84,6 +84,7 @@ def bench(
 
       localspec bench --drafters none,ngram,ngram:b4 --replay-costs h100   (one chain against token trees)
     """
+    from localspec.bench import output
     from localspec.bench import report as rep
     from localspec.bench.anchors import NAMES as anchor_names
     from localspec.bench.runner import Bench, parse_drafters, schedule, split_variant
@@ -110,9 +111,9 @@ def bench(
 
             table = load_cost_table(replay_costs)
         if out is not None:
-            rep.check_writable(out)  # before minutes of benchmarking, not after
+            output.check_writable(out)  # before minutes of benchmarking, not after
         if parallel is not None:
-            return _bench_parallel(options, the_suite, names, parallel, repeat)
+            return _bench_parallel(options, the_suite, names, parallel, repeat, named=drafters is not None)
         runtime = options.runtime
         command = _command(
             suite=suite, drafters=drafters, repeat=repeat, max_tokens=max_tokens, replay_costs=replay_costs,
@@ -159,7 +160,7 @@ def bench(
 
         _print_report(report, replayed, as_json, err)
         if out is not None:
-            files, warning = rep.write_outputs(report, out, replayed)
+            files, warning = output.write_outputs(report, out, replayed)
             if warning:
                 _note(f"localspec: {warning}; {', '.join(str(f) for f in files)} written")
             else:
@@ -221,27 +222,30 @@ def _replay(records: list, runner: Bench, table: CostTable, names: list[str], op
 
 
 def _print_report(report: Report, replayed: Report | None, as_json: bool, err: Console) -> None:
-    from localspec.bench import report as rep
+    from localspec.bench import formats
+    from localspec.bench.compare import NEAR_TIE_MARGIN
+    from localspec.bench.report import NOISE
+
     if as_json:
-        sys.stdout.write(json.dumps(rep.to_document(report, replayed), ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(formats.to_document(report, replayed), ensure_ascii=False) + "\n")
         sys.stdout.flush()
         console = err  # the table is still useful to a person; stdout stays pure JSON
     else:
         # when stdout is a file or a pipe rich assumes 80 columns; the table needs more to stay one line per row
         console = Console() if sys.stdout.isatty() else Console(width=140)
-    console.print(rep.render_table(report))
-    for line in rep.divergence_lines(report):
+    console.print(formats.render_table(report))
+    for line in formats.divergence_lines(report):
         console.print(f"  {line}", highlight=False, markup=False)
     if replayed is not None:
-        console.print(rep.render_table(replayed))
+        console.print(formats.render_table(replayed))
     unstable = report.unstable()
     if unstable:
         worst = max(unstable, key=lambda r: r.spread or 0.0)
         _note(f"localspec: warning: the repeats of {len(unstable)} (prompt, drafter) pair(s) disagree by more than "
-              f"{rep.NOISE:.0%} (worst: {worst.prompt_id} · {worst.drafter}, {worst.spread:.0%}): the machine was "
+              f"{NOISE:.0%} (worst: {worst.prompt_id} · {worst.drafter}, {worst.spread:.0%}): the machine was "
               "busy or the runs are too short; rerun on a quiet machine or with more --repeat")
     if any(d.near_tie is False for _, _, d in report.divergences()):
-        _note(f"localspec: warning: some output differs from target-only beyond the {rep.NEAR_TIE_MARGIN}-logit "
+        _note(f"localspec: warning: some output differs from target-only beyond the {NEAR_TIE_MARGIN}-logit "
               "noise margin: that is not a numerical near-tie (please report it)")
 
 
@@ -268,14 +272,31 @@ def _command(**given: object) -> str:
     return " ".join(parts)
 
 
-def _bench_parallel(options: Settings, suite: Suite, names: list[str], parallel: str, repeat: int) -> None:
-    """The suite as one batch beside one at a time: live here, then replayed on every shipped table (stdout)."""
+def _bench_parallel(options: Settings, suite: Suite, names: list[str], parallel: str, repeat: int,
+                    named: bool) -> None:
+    """The suite as one batch beside one at a time: live here, then replayed on every shipped table (stdout).
+    ``named``: the user listed the drafters (--drafters), so an entry a batch cannot run is refused, not dropped."""
     from localspec.bench import parallel as par
+    from localspec.bench.anchors import NAMES as anchor_names
+    from localspec.bench.runner import split_variant
     from localspec.cli.batch import parse_parallel
     from localspec.runtime import lookup_drafters
 
     lanes = parse_parallel(parallel)
-    drafters = [n for n in names if lookup_drafters(n) is not None]
+    if any(name in anchor_names for name in names):
+        raise UserError("--parallel does not run the anchors (llama-cpp-python's own API runs one prompt at a time): "
+                        "leave --anchors out")
+    drafters = []
+    for name in names:
+        drafter, _, branches = split_variant(name)
+        if lookup_drafters(drafter) is not None and (branches or 1) == 1:
+            drafters.append(name)  # NAME:kN runs too, each sequence with that fixed length
+        elif named and branches:
+            raise UserError(f"--parallel batches one chain per sequence, no token trees: drop {name} from --drafters "
+                            "(or run it without --parallel)")
+        elif named:
+            raise UserError(f"--parallel runs drafters that need no model (none, ngram, auto, each with :kN if you "
+                            f"like): drop {name} from --drafters (or run it without --parallel)")
     if not drafters:
         raise UserError("--parallel compares drafters that need no model: give --drafters none,ngram")
     ways, used, known = par.live(options, suite, drafters, lanes, repeat, _note)
