@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCALSPEC = ROOT / ".venv" / "bin" / "localspec"
 STATS = re.compile(r"^\d+ tokens in [\d.]+ s.*· stop: (\w+)")  # the stats line: timings differ on every run
 SPEC_STATS = re.compile(r"^(drafter \S+: \d+ target passes|acceptance by draft position)")
+# a calibration's notices: once per machine (this script's scratch home is new every time), and timings differ
+CALIBRATION = re.compile(r"^localspec: (timing how this device|measuring this machine|the machine was busy while)")
 
 
 @dataclass
@@ -130,6 +132,22 @@ def cases(work: Path, home_with_model: Path) -> list[Case]:
         Case("bench", "localspec bench --suite missing.jsonl", ["bench", "--suite", "missing.jsonl"], 2, env=h),
         Case("bench", "localspec bench --suite notes.txt   # not JSONL", ["bench", "--suite", "notes.txt"], 2, env=h),
         Case("bench", "localspec bench --drafters none,magic", ["bench", "--drafters", "none,magic"], 2, env=h),
+        # batch
+        Case("batch", "localspec batch p.jsonl -o p.jsonl   # the prompts as the results", ["batch", "p.jsonl", "-o",
+             "p.jsonl"], 2, env=h),
+        Case("batch", "localspec batch p.jsonl -o link.jsonl   # a symbolic link to the prompts", ["batch", "p.jsonl",
+             "-o", "link.jsonl"], 2, env=h),
+        Case("batch", "localspec batch p.jsonl -o out.jsonl --summary no/such/folder/s.json", ["batch", "p.jsonl",
+             "-o", "out.jsonl", "--summary", "no/such/folder/s.json"], 2, env=h),
+        Case("batch", "localspec batch odd.jsonl -o odd-out.jsonl -q   # a line with a lone surrogate (\\ud800)",
+             ["batch", "odd.jsonl", "-o", "odd-out.jsonl", "-q"], 1, env=h),
+        Case("batch", "localspec batch p.jsonl -o /dev/stdout -q | cat", ["batch", "p.jsonl", "-o", "/dev/stdout",
+             "-q"], 0, env=h),
+        Case("batch", "localspec batch p.jsonl -o out.jsonl --drafter early-exit", ["batch", "p.jsonl", "-o",
+             "out.jsonl", "--drafter", "early-exit"], 2, env=h),
+        Case("serve", "localspec serve --drafter early-exit", ["serve", "--drafter", "early-exit"], 2, env=h),
+        Case("serve", "localspec serve --max-tokens 512 --max-tokens-cap 256", ["serve", "--max-tokens", "512",
+             "--max-tokens-cap", "256"], 2, env=h),
         # the command itself
         Case("command", "localspec frobnicate", ["frobnicate"], 2, env=h),
         Case("command", "localspec --version", ["--version"], 0, env=h, show_stdout=True),
@@ -143,6 +161,11 @@ def prepare(work: Path, model: Path) -> Path:
     (work / "empty.txt").write_bytes(b"")
     (work / "notes.txt").write_text("just some notes\n")
     (work / "notes.gguf").write_text("just some notes\n")
+    (work / "p.jsonl").write_text('{"id": "a", "prompt": "1, 2, 3,", "max_tokens": 4}\n'
+                                  '{"id": "b", "prompt": "Hi", "max_tokens": 4}\n')
+    (work / "link.jsonl").symlink_to(work / "p.jsonl")
+    (work / "odd.jsonl").write_text('{"id": "a", "prompt": "1, 2,", "max_tokens": 4}\n'
+                                    '{"id": "x", "prompt": "a\\ud800b"}\n')
     (work / "lfs.gguf").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 253000000\n")
     with model.open("rb") as f:
         (work / "cut.gguf").write_bytes(f.read(8_000_000))
@@ -234,7 +257,7 @@ def seen(stderr: str) -> list[str]:
         stats = STATS.match(line)
         if stats:
             lines.append(f"(stats: tokens, tok/s, prefill … · stop: {stats.group(1)})")
-        elif not SPEC_STATS.match(line):
+        elif not SPEC_STATS.match(line) and not CALIBRATION.match(line):
             lines.append(line)
     return lines
 

@@ -152,8 +152,9 @@ def check_paths(input_path: Path, output: Path | None, summary: Path | None) -> 
     for i, (what, path) in enumerate(named):
         for other, other_path in named[:i]:
             if path is not None and other_path is not None and _same_file(path, other_path):
-                raise UserError(f"{what} {path} and {other} {other_path} are the same file: the job would overwrite "
-                                f"{'the prompts' if other == 'IN.jsonl' else 'its results'}; write to another file")
+                mine, theirs = ("results", "summary")[what == "--summary"], ("prompts", "results")[other == "-o"]
+                raise UserError(f"{other} {other_path} and {what} {path} are the same file: the {mine} would "
+                                f"overwrite the {theirs}; write the {mine} to another file")
     for what, path in named[1:]:
         if path is not None:
             _writable(path, what)
