@@ -376,7 +376,7 @@ def test_another_address_without_a_key_refuses_to_start() -> None:
     (["--port", "70000"], "--port"),
     (["--max-body", "10"], "--max-body"),
     (["--drafter", "early-exit"], "localspec serve drafts with n-gram lookup only"),
-    (["--max-tokens", "100", "--max-tokens-cap", "50"], "--max-tokens-cap"),
+    (["--max-tokens", "100", "--max-tokens-cap", "50"], "is over --max-tokens-cap 50"),
 ])
 def test_bad_options_are_one_line(args: list[str], fragment: str) -> None:
     result = runner.invoke(app, ["serve", *args])
