@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -23,8 +22,7 @@ from textual.worker import get_current_worker
 
 from localspec.errors import UserError
 from localspec.events import Finished, Prefill, Step
-from localspec.settings import DRAFTERS
-from localspec.tui.commands import ConversationCommands
+from localspec.tui.commands import ChatCommands
 from localspec.tui.conversation import Conversation
 from localspec.tui.engine import REPAINT_HZ, Engine, FrameBudget
 from localspec.tui.live import LiveAnswer
@@ -38,7 +36,6 @@ from localspec.tui.messages import (
     RuntimeReady,
 )
 from localspec.tui.prompt import PromptInput
-from localspec.tui.screens import ContextFullScreen, HelpScreen
 from localspec.tui.session import Session
 from localspec.tui.slash import as_message, command_word, find, unknown_hint
 from localspec.tui.widgets import Legend, StatsPanel, Transcript
@@ -54,7 +51,7 @@ LOADING_PLACEHOLDER = "Loading the model… type away: Enter sends once it is op
 READY_PLACEHOLDER = "Ask something and press Enter  (Shift+Enter: new line · F1 or ?: help)"
 
 
-class ChatApp(ConversationCommands, App[None]):
+class ChatApp(ChatCommands, App[None]):
     """Chat with a local model and watch the drafter's tokens being accepted and rejected."""
 
     CSS_PATH = Path(__file__).with_name("chat.tcss")  # absolute: subclasses elsewhere find it too
@@ -367,104 +364,3 @@ class ChatApp(ConversationCommands, App[None]):
         self._ticker.pause()
         self.refresh_bindings()
         self.prompt_input.focus()
-
-    # ---- a full context --------------------------------------------------------------------------------------
-
-    def _offer_context_choice(self, detail: str) -> None:
-        def chosen(choice: str | None) -> None:
-            self._context_choice(choice or "keep")
-
-        self.push_screen(ContextFullScreen(detail), chosen)
-
-    def _context_choice(self, choice: str) -> None:
-        pending = bool(self.conversation.turns) and self.conversation.turns[-1].role == "user"
-        if choice == "start-over":
-            question = self.conversation.turns[-1].text if pending else None
-            self._clear()
-            if question is not None:
-                self.transcript.show_turn(self.session.add_user(question))
-                self._ask()
-        elif choice == "drop-oldest":
-            n_ctx = self.options.runtime.n_ctx
-            # leave room for an answer: up to --max-tokens, but never more than half the context
-            budget = n_ctx - min(self.options.generation.max_tokens, n_ctx // 2)
-            dropped = self.conversation.fit(self._count_tokens, budget)
-            self.transcript.add_notice(
-                f"Dropped the {dropped} oldest exchange(s) from the model's context (still shown above)."
-                if dropped else "There is no older exchange to drop."
-            )
-            if pending and (dropped or self._count_tokens(self.conversation.messages()) < n_ctx):
-                self._ask()
-        else:
-            self.transcript.add_notice("The context is full: Ctrl+L starts over.", severity="warning")
-
-    # ---- keys ------------------------------------------------------------------------------------------------
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "stop":
-            return True if self.busy else None  # shown dimmed while there is nothing to stop
-        if action in ("help", "quit", "interrupt"):
-            return True
-        return len(self.screen_stack) == 1  # the others act on the chat, not on a dialog over it
-
-    def action_help(self) -> None:
-        if isinstance(self.screen, HelpScreen):
-            self.screen.dismiss(None)
-            return
-        if len(self.screen_stack) > 1:
-            return
-        self.push_screen(HelpScreen())
-
-    def action_stop(self) -> None:
-        if self.busy:
-            self.engine.stop_requested.set()
-
-    def action_interrupt(self) -> None:
-        """Ctrl+C: people press it to stop an answer, or to quit. Copy a selection, else stop, else say what quits."""
-        selected = self.prompt_input.selected_text if self.prompt_input.has_focus else ""
-        if selected:
-            self.copy_to_clipboard(selected)
-            self.notify(f"Copied ({len(selected)} characters).", timeout=2)
-        elif self.busy:
-            self.action_stop()
-            self.notify("Stopping the answer. Ctrl+Q quits.", timeout=4)
-        else:
-            self.notify("Ctrl+Q quits; Esc stops an answer; F1 shows every key.", timeout=4)
-
-    def action_cycle_drafter(self) -> None:
-        cycle = [d for d in DRAFTERS if d != "draft" or self.options.speculation.draft_model]
-        current = self.drafter_choice if self.drafter_choice in cycle else cycle[-1]
-        self.drafter_choice = cycle[(cycle.index(current) + 1) % len(cycle)]
-        active = self.rt.drafter_name if self.rt is not None else self.drafter_choice
-        self.stats_panel.show_drafter(active, None, pending=self.drafter_choice)
-        self.notify(f"Drafter for the next answer: {self.drafter_choice}", timeout=2)
-
-    def action_toggle_ghosts(self) -> None:
-        self.show_ghosts = not self.show_ghosts
-        self.query_one(Legend).set_ghosts(self.show_ghosts)
-        if self._live is not None:
-            view = self._live.view
-            view.show_ghosts = self.show_ghosts
-            if not self.show_ghosts:
-                view.drop_ghosts()
-                view.repaint()
-
-    def action_save(self) -> None:
-        name = f"localspec-chat-{datetime.now():%Y%m%d-%H%M%S}.md"
-        path = self.save_dir / name
-        model = self.rt.model_name if self.rt is not None else "no model"
-        try:
-            path.write_text(self.conversation.to_markdown(model), encoding="utf-8")
-        except OSError as exc:
-            self.notify(f"Could not save {path}: {exc.strerror or exc}", severity="error")
-            return
-        self.last_saved = path
-        # in the transcript, not a toast that fades: the full path, to be found later
-        self.transcript.add_notice(f"Saved the transcript to {path}")
-
-    async def action_quit(self) -> None:
-        self.engine.stop_requested.set()  # the answer stops at its next step; on_unmount waits before closing
-        if self.busy:
-            self._drain(final=True)  # what the engine wrote by now is saved, marked interrupted
-        self.exit()
-

@@ -1,20 +1,24 @@
-"""The keys that change the conversation as a whole, mixed into ChatApp: write the last answer again, edit and
-resend the last question, copy an answer, start a new conversation, and the saved conversations (resume, delete).
+"""What the keys do, mixed into ChatApp (which keeps the layout, the model's life and the answer as it streams):
+write the last answer again, edit and resend the last question, copy an answer, start a new conversation, the saved
+conversations (resume, delete), the choice when the context is full, stop, help, the drafter, ghosts, save, quit.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from localspec.errors import UserError
-from localspec.tui.screens import ConfirmScreen, ConversationsScreen
+from localspec.settings import DRAFTERS
+from localspec.tui.screens import ConfirmScreen, ContextFullScreen, ConversationsScreen, HelpScreen
+from localspec.tui.widgets import Legend
 
 if TYPE_CHECKING:
     from localspec.tui.app import ChatApp
     from localspec.tui.conversation import Turn
 
 
-class ConversationCommands:
+class ChatCommands:
     """Actions and their helpers; ``self`` is the ChatApp (its session, transcript, input and ``_ask``)."""
 
     # ---- changing the conversation --------------------------------------------------------------------------
@@ -121,3 +125,104 @@ class ConversationCommands:
             self.transcript.show_turn(turn)
         self.prompt_input.sent = [t.text for t in self.conversation.turns if t.role == "user"]
         self.transcript.add_notice(f"Resumed conversation {conversation_id}.")
+
+    # ---- a full context --------------------------------------------------------------------------------------
+
+    def _offer_context_choice(self: ChatApp, detail: str) -> None:
+        def chosen(choice: str | None) -> None:
+            self._context_choice(choice or "keep")
+
+        self.push_screen(ContextFullScreen(detail), chosen)
+
+    def _context_choice(self: ChatApp, choice: str) -> None:
+        pending = bool(self.conversation.turns) and self.conversation.turns[-1].role == "user"
+        if choice == "start-over":
+            question = self.conversation.turns[-1].text if pending else None
+            self._clear()
+            if question is not None:
+                self.transcript.show_turn(self.session.add_user(question))
+                self._ask()
+        elif choice == "drop-oldest":
+            n_ctx = self.options.runtime.n_ctx
+            # leave room for an answer: up to --max-tokens, but never more than half the context
+            budget = n_ctx - min(self.options.generation.max_tokens, n_ctx // 2)
+            dropped = self.conversation.fit(self._count_tokens, budget)
+            self.transcript.add_notice(
+                f"Dropped the {dropped} oldest exchange(s) from the model's context (still shown above)."
+                if dropped else "There is no older exchange to drop."
+            )
+            if pending and (dropped or self._count_tokens(self.conversation.messages()) < n_ctx):
+                self._ask()
+        else:
+            self.transcript.add_notice("The context is full: Ctrl+L starts over.", severity="warning")
+
+    # ---- keys ------------------------------------------------------------------------------------------------
+
+    def check_action(self: ChatApp, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":
+            return True if self.busy else None  # shown dimmed while there is nothing to stop
+        if action in ("help", "quit", "interrupt"):
+            return True
+        return len(self.screen_stack) == 1  # the others act on the chat, not on a dialog over it
+
+    def action_help(self: ChatApp) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+            return
+        if len(self.screen_stack) > 1:
+            return
+        self.push_screen(HelpScreen())
+
+    def action_stop(self: ChatApp) -> None:
+        if self.busy:
+            self.engine.stop_requested.set()
+
+    def action_interrupt(self: ChatApp) -> None:
+        """Ctrl+C: people press it to stop an answer, or to quit. Copy a selection, else stop, else say what quits."""
+        selected = self.prompt_input.selected_text if self.prompt_input.has_focus else ""
+        if selected:
+            self.copy_to_clipboard(selected)
+            self.notify(f"Copied ({len(selected)} characters).", timeout=2)
+        elif self.busy:
+            self.action_stop()
+            self.notify("Stopping the answer. Ctrl+Q quits.", timeout=4)
+        else:
+            self.notify("Ctrl+Q quits; Esc stops an answer; F1 shows every key.", timeout=4)
+
+    def action_cycle_drafter(self: ChatApp) -> None:
+        cycle = [d for d in DRAFTERS if d != "draft" or self.options.speculation.draft_model]
+        current = self.drafter_choice if self.drafter_choice in cycle else cycle[-1]
+        self.drafter_choice = cycle[(cycle.index(current) + 1) % len(cycle)]
+        active = self.rt.drafter_name if self.rt is not None else self.drafter_choice
+        self.stats_panel.show_drafter(active, None, pending=self.drafter_choice)
+        self.notify(f"Drafter for the next answer: {self.drafter_choice}", timeout=2)
+
+    def action_toggle_ghosts(self: ChatApp) -> None:
+        self.show_ghosts = not self.show_ghosts
+        self.query_one(Legend).set_ghosts(self.show_ghosts)
+        if self._live is not None:
+            view = self._live.view
+            view.show_ghosts = self.show_ghosts
+            if not self.show_ghosts:
+                view.drop_ghosts()
+                view.repaint()
+
+    def action_save(self: ChatApp) -> None:
+        name = f"localspec-chat-{datetime.now():%Y%m%d-%H%M%S}.md"
+        path = self.save_dir / name
+        model = self.rt.model_name if self.rt is not None else "no model"
+        try:
+            path.write_text(self.conversation.to_markdown(model), encoding="utf-8")
+        except OSError as exc:
+            self.notify(f"Could not save {path}: {exc.strerror or exc}", severity="error")
+            return
+        self.last_saved = path
+        # in the transcript, not a toast that fades: the full path, to be found later
+        self.transcript.add_notice(f"Saved the transcript to {path}")
+
+    async def action_quit(self: ChatApp) -> None:
+        self.engine.stop_requested.set()  # the answer stops at its next step; on_unmount waits before closing
+        if self.busy:
+            self._drain(final=True)  # what the engine wrote by now is saved, marked interrupted
+        self.exit()
+
