@@ -224,10 +224,11 @@ def command(server: str, port: int, args: argparse.Namespace, model: str) -> lis
         if binary is None:
             raise FileNotFoundError("no llama-server: run scripts/setup --anchors (or pass --llama-server PATH)")
         # -c is the whole KV cache, split evenly between the -np slots (not unified when -np is given). The model
-        # carries no chat template: gemma, as localspec falls back to for this architecture.
+        # carries no chat template: llama.cpp's built-in gemma one, as localspec falls back to for this architecture
+        # (--no-jinja: with Jinja on, "gemma" is taken for a template text, and every prompt becomes that word).
         cmd = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--threads", threads,
                "--threads-batch", threads, "--parallel", str(args.parallel), "--ctx-size",
-               str(args.ctx * args.parallel), "--chat-template", "gemma", "--no-webui"]
+               str(args.ctx * args.parallel), "--no-jinja", "--chat-template", "gemma", "--no-webui"]
         return cmd + (shlex.split(args.ngram_args) if server == "llama-server-ngram" else [])
     if server not in SERVERS:
         raise ValueError(f"unknown server {server!r}: known are {', '.join(SERVERS)}")
