@@ -14,9 +14,10 @@ from localspec.engine import Model
 from localspec.engine.chat import Message
 from localspec.engine.lanes import Lanes
 from localspec.events import Step
+from localspec.passes import Part
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from localspec.speculative.scheduler import Job, Part
+from localspec.speculative.scheduler import Job
 from tests.near_ties import top2_gap
 
 PROMPTS = [

@@ -26,12 +26,13 @@ from localspec.bench.records import RunRecord
 from localspec.bench.runner import split_variant
 from localspec.errors import UserError
 from localspec.events import Finished, Stats
+from localspec.passes import Part
 from localspec.runtime import lookup_drafters
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.scheduler import Job, Part, Scheduler
+from localspec.speculative.scheduler import Job, Scheduler
 
 REPLAYABLE = ("none", "ngram", "auto")  # drafters whose proposals need no model: auto is replayed without one
 ORACLE = "oracle"

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.drafters.base import Draft
-from localspec.engine import Context, Model, common_prefix
+from localspec.engine import Context, Model
 from localspec.errors import UserError
 from localspec.sampling import Distribution, greedy, shape
 from localspec.settings import SamplingSettings
+from localspec.tokens import common_prefix
 
 
 class ModelDrafter:

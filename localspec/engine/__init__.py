@@ -5,7 +5,7 @@ Everything above it speaks token ids, numpy arrays and dataclasses.
 
 from localspec.engine.backend import init_backend, library_version, system_info
 from localspec.engine.chat import ChatTemplate, Message
-from localspec.engine.context import Context, common_prefix
+from localspec.engine.context import Context
 from localspec.engine.model import Model
 from localspec.engine.vocab import Vocab
 
@@ -15,7 +15,6 @@ __all__ = [
     "Message",
     "Model",
     "Vocab",
-    "common_prefix",
     "init_backend",
     "library_version",
     "system_info",

@@ -13,15 +13,7 @@ so a greedy loop never switches (it feeds prompts and verifies with ``decode_arg
 near-tie check, sampling with temperature) pays once per switch. ``greedy_rows`` also caps every pass's outputs
 (llama.cpp otherwise reserves compute memory for n_batch rows of logits, and with a sampler a padded copy too).
 
-Token trees (``n_seq`` > 1): ``decode_tree`` scores a tree's nodes in one pass. Each root-to-leaf branch is a
-llama.cpp sequence in a unified KV cache: the cached history is shared with every branch (``seq_cp``), and a node
-carries the seq ids of every branch through it, so llama.cpp's mask lets it attend to its ancestors only.
-``keep_path`` then keeps one path and hands it back to sequence 0 (``seq_rm`` / ``seq_keep`` / ``seq_cp``).
-What llama.cpp requires of such a batch (llama-batch.cpp, llama-context.cpp): each sequence's positions continue its
-cached ones (hence the ``seq_cp`` of the history first) and increase in batch order (parents first); the mask and
-the backend sampler go by a token's *first* seq id (every ancestor carries it), raw logits are copied if any of a
-token's seq ids lacks a sampler (hence a greedy chain on every sequence), and ``n_outputs_max_per_seq`` counts a
-token once per seq id it carries.
+Token trees (``n_seq`` > 1) are engine/trees.py's.
 
 Ties: numpy's argmax takes the first of equal maxima, ggml's CPU argmax the last, its CUDA argmax the one its
 parallel reduction keeps. Exact float ties at the top are rare; where one occurs both paths give a maximal token.
@@ -37,9 +29,11 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
+from localspec.engine import trees
 from localspec.engine.backend import recent_log
 from localspec.engine.model import Model
 from localspec.engine.rpc import no_room
+from localspec.engine.sampler_chain import backend_sampling_available, greedy_chain, stage_name
 from localspec.errors import ContextFullError, RollbackUnsupported
 
 
@@ -77,7 +71,7 @@ class Context:
             # logits rows, 512 MiB with a 262k vocabulary; twice that with a sampler, which pads a copy of them)
             params.n_outputs_max = min(greedy_rows, n_batch)
             if backend_sampling_available():
-                self._chains = {s: _greedy_chain() for s in range(n_seq)}
+                self._chains = {s: greedy_chain() for s in range(n_seq)}
                 configs = (llama_cpp.llama_sampler_seq_config * n_seq)(*(
                     llama_cpp.llama_sampler_seq_config(s, ctypes.cast(chain, ctypes.c_void_p))
                     for s, chain in self._chains.items()))
@@ -99,7 +93,7 @@ class Context:
         self._handle: llama_cpp.llama_context_p | None = handle
         # Backend sampling is usable only if the greedy stage went into the graph: llama.cpp names an initialised
         # stage "+greedy" when the output device runs its ops, "-greedy" when not (it then samples nothing).
-        self.backend_sampling = bool(self._chains) and _stage_name(self._chains[0]) == b"+greedy"
+        self.backend_sampling = bool(self._chains) and stage_name(self._chains[0]) == b"+greedy"
         self.can_sample = self.backend_sampling  # backend_sampling: whether it is used (use_backend_sampler)
         if self._chains and not self.backend_sampling:
             self._detach()
@@ -231,69 +225,15 @@ class Context:
         """Give sequence ``dst`` the cells of ``src``'s first ``n`` positions (shared, not copied: a unified cache)."""
         llama_cpp.llama_memory_seq_cp(self._memory, src, dst, 0, n)
 
+    # token trees (engine/trees.py): a pass over a tree's nodes, then one root-to-node path kept
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
-        """Score a token tree in one pass: ``tokens[0]`` follows the cache, ``tokens[i]`` follows row
-        ``parents[i]`` (parents first). Returns a logits row per token (a view, valid until the next decode);
-        the cache holds the whole tree until ``keep_path``."""
-        if self._chains:
-            self._detach()
-        self._run_tree(tokens, parents)
-        return self._logits(len(tokens))
+        return trees.decode_tree(self, tokens, parents)
 
     def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
-        """``decode_tree``, returning the argmax token id of each row (backend-sampled where available)."""
-        if not self.backend_sampling:
-            return self.decode_tree(tokens, parents).argmax(axis=1).tolist()
-        if not self._chains:
-            self._attach()
-        self._run_tree(tokens, parents)
-        return self._sampled(len(tokens))
-
-    def _run_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> None:
-        n = len(tokens)
-        if n > self.max_rows:
-            raise ValueError(f"a tree of {n} tokens: this context scores at most {self.max_rows} positions")
-        depth, seqs = _tree_sequences(parents)
-        if len(seqs[0]) > self.n_seq:
-            raise ValueError(f"a tree of {len(seqs[0])} branches: this context holds at most {self.n_seq}")
-        self._check_room(n)
-        for s in seqs[0][1:]:  # every branch sees the cached history
-            llama_cpp.llama_memory_seq_cp(self._memory, 0, s, -1, -1)
-        self._tok[:n] = tokens
-        self._pos[:n] = np.asarray(depth, dtype=np.int32) + self.n_past
-        self._want[:n] = 1
-        for i, ids in enumerate(seqs):
-            self._n_seq_id[i] = len(ids)
-            row = self._batch.seq_id[i]
-            for j, s in enumerate(ids):
-                row[j] = s
-        try:
-            self._decode_batch(n)
-        finally:
-            self._n_seq_id[:n] = 1  # chain passes put every token in sequence 0 only
-            for i in range(n):
-                self._batch.seq_id[i][0] = 0
-        self._tree = (list(tokens), seqs)
+        return trees.decode_tree_argmax(self, tokens, parents)
 
     def keep_path(self, rows: Sequence[int]) -> None:
-        """After ``decode_tree``: keep the rows of one root-to-node path (row 0 first) as sequence 0, drop the rest."""
-        if self._tree is None:
-            raise RuntimeError("keep_path() without a tree pass")
-        tokens, seqs = self._tree
-        self._tree = None
-        branch = seqs[rows[-1]][0]  # a branch through the path's last row holds the whole path
-        n_keep = self.n_past + len(rows)
-        memory = self._memory
-        if not llama_cpp.llama_memory_seq_rm(memory, branch, n_keep, -1):
-            raise RollbackUnsupported(f"{self.model.path.name} cannot drop cached positions (recurrent model?)")
-        llama_cpp.llama_memory_seq_keep(memory, branch)
-        if branch != 0:
-            llama_cpp.llama_memory_seq_cp(memory, branch, 0, -1, -1)
-            llama_cpp.llama_memory_seq_rm(memory, branch, -1, -1)
-        pos_max = llama_cpp.llama_memory_seq_pos_max(memory, 0)
-        if pos_max != n_keep - 1 or any(llama_cpp.llama_memory_seq_pos_max(memory, s) >= 0 for s in seqs[0][1:]):
-            raise RollbackUnsupported(f"keeping a tree's path left position {pos_max}, expected {n_keep - 1}")
-        self.tokens.extend(tokens[r] for r in rows)
+        trees.keep_path(self, rows)
 
     def feed(self, tokens: Sequence[int]) -> None:
         """Append ``tokens`` to the cache without computing any output (a prompt, a rebuilt history)."""
@@ -356,7 +296,7 @@ class Context:
         if on == (seq in self._chains):
             return
         if on:
-            chain = _greedy_chain()
+            chain = greedy_chain()
             if not llama_cpp.llama_set_sampler(self.handle, seq, chain):
                 llama_cpp.llama_sampler_free(chain)
                 raise RuntimeError("llama.cpp refused the backend greedy sampler it accepted before")
@@ -431,47 +371,3 @@ class Context:
             self.close()
         except Exception:
             pass
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def _tree_sequences(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
-    """Each row's depth, and the sequences it belongs to: branch b (the b-th leaf in row order) is sequence b."""
-    n = len(parents)
-    depth = [0] * n
-    for i in range(1, n):
-        if not 0 <= parents[i] < i:
-            raise ValueError(f"tree row {i} follows row {parents[i]}: parents must come first")
-        depth[i] = depth[parents[i]] + 1
-    has_child = set(parents)
-    seqs: list[list[int]] = [[] for _ in range(n)]
-    for b, leaf in enumerate(i for i in range(n) if i not in has_child):
-        row = leaf
-        while row >= 0:
-            seqs[row].append(b)
-            row = parents[row]
-    return depth, seqs
-
-
-def backend_sampling_available() -> bool:
-    """Whether this llama-cpp-python exposes llama.cpp's backend sampling (checked once per context)."""
-    fields = {name for name, *_ in llama_cpp.llama_context_params._fields_}
-    return {"samplers", "n_samplers", "n_outputs_max_per_seq"} <= fields and all(
-        hasattr(llama_cpp, f) for f in ("llama_set_sampler", "llama_get_sampled_token_ith", "llama_sampler_chain_get")
-    )
-
-
-def _greedy_chain() -> llama_cpp.llama_sampler_p:
-    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-    return chain
-
-
-def _stage_name(chain: llama_cpp.llama_sampler_p) -> bytes:
-    return llama_cpp.llama_sampler_name(llama_cpp.llama_sampler_chain_get(chain, 0)) or b""

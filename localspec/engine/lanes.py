@@ -13,13 +13,20 @@ Rows come back per lane as the lane wants them: token ids from llama.cpp's backe
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
 from localspec.engine.context import Context
 from localspec.engine.model import Model
-from localspec.speculative.loop import Outputs
-from localspec.speculative.scheduler import Job, Part
+from localspec.passes import Outputs, Part
+from localspec.settings import SamplingSettings
+
+
+class _Job(Protocol):
+    """What a lane needs of the job it starts (speculative.scheduler.Job)."""
+
+    sampling: SamplingSettings
 
 
 class Lane:
@@ -81,7 +88,7 @@ class Lanes:
     def __getitem__(self, i: int) -> Lane:
         return self.lanes[i]
 
-    def begin(self, lane: int, job: Job) -> None:
+    def begin(self, lane: int, job: _Job) -> None:
         """``job`` starts on ``lane``: a greedy job's rows come back as token ids (backend-sampled where this build
         can), a sampling one's as logits."""
         greedy = job.sampling.greedy

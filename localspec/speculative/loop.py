@@ -15,15 +15,16 @@ from typing import Protocol
 import numpy as np
 
 from localspec.drafters.base import Draft, Drafter
-from localspec.engine.context import common_prefix
 from localspec.errors import ContextFullError, RollbackUnsupported
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
+from localspec.passes import Outputs
 from localspec.sampling import PositionalDraws, shape
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.text import TextStream
 from localspec.speculative.tree import TokenTree
 from localspec.speculative.verify import Verdict, verify_greedy, verify_sampled
+from localspec.tokens import common_prefix
 
 
 class Target(Protocol):
@@ -47,9 +48,6 @@ class Target(Protocol):
 class TokenInfo(Protocol):
     def piece(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
-
-
-Outputs = list[int] | np.ndarray  # a pass's token ids (greedy), or its logits rows
 
 
 @dataclass(frozen=True, slots=True)

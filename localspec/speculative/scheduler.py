@@ -23,12 +23,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from localspec.engine.context import common_prefix
 from localspec.events import Event, Prefill, Stats
+from localspec.passes import Outputs, Part
 from localspec.settings import GenerationSettings, SamplingSettings, SpeculationSettings
 from localspec.speculative.costs import PassCosts
-from localspec.speculative.loop import Generator, Outputs, Plan, Run, Target
+from localspec.speculative.loop import Generator, Plan, Run, Target
 from localspec.speculative.text import TextStream
+from localspec.tokens import common_prefix
 
 # Prompt tokens a pass takes while other sequences decode. Measured on this 2-core CPU (Gemma 3 270M, a prompt fed
 # after 100 cached tokens): 32 tokens prefill at 2.6x the speed of one at a time, 93% of the best any size reaches
@@ -52,16 +53,6 @@ class SharedContext(Protocol):
     def begin(self, lane: int, job: Job) -> None: ...  # ``job`` starts on ``lane``
     def decode(self, parts: Sequence[Part]) -> list[Outputs | None]: ...
     def share(self, src: int, dst: int, n: int) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One lane's share of a pass: its tokens, and what comes back for them ("ids", "logits", or None: a prompt
-    chunk that only extends the lane's cache)."""
-
-    lane: int
-    tokens: Sequence[int]
-    want: str | None = "ids"
 
 
 @dataclass(slots=True)

@@ -1,0 +1,22 @@
+"""What a pass over several sequences is made of, as plain data: each lane's share of the rows (``Part``) and what
+comes back for it (``Outputs``). The scheduler builds passes of these and the engine's lanes decode them; both import
+it from here, so the pure loop and scheduler import without llama.cpp."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Outputs = list[int] | np.ndarray  # a pass's token ids (greedy), or its logits rows
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One lane's share of a pass: its tokens, and what comes back for them ("ids", "logits", or None: a prompt
+    chunk that only extends the lane's cache)."""
+
+    lane: int
+    tokens: Sequence[int]
+    want: str | None = "ids"
