@@ -26,10 +26,12 @@ from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import Calibration, Reads, choose_reads, load_or_measure
-from localspec.speculative.costs import PassCosts
+from localspec.speculative.costs import PARALLEL_AUTO_MAX, PassCosts, auto_parallel
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.scheduler import Job
+from localspec.speculative.shape_timing import load_or_measure_shapes
+from localspec.speculative.shapes import Shapes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -112,7 +114,10 @@ class Runtime(Prompts):
                 why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
                        else "llama.cpp sizes contexts in steps of 256")
                 notices.append(f"--ctx {runtime.n_ctx} is {ctx.n_ctx} tokens here ({why})")
-            policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, branches=speculation.branches)
+            shapes = load_or_measure_shapes(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
+                                            speculation.k_max + 1, say=say, cancelled=cancelled)
+            policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, branches=speculation.branches,
+                                 shapes=shapes)
             drafter_name = speculation.drafter
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
@@ -234,6 +239,7 @@ class BatchRuntime(Prompts):
     device: str = ""
     notices: list[str] = field(default_factory=list)
     calibration: Calibration | None = None
+    shapes: Shapes = field(default_factory=Shapes)  # the pass sizes this device keeps (a GPU's CUDA graphs)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
 
     @classmethod
@@ -258,6 +264,8 @@ class BatchRuntime(Prompts):
                                      say=say, cancelled=cancelled)
                 calibration = load_or_measure(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
                                               n_max, say=say, cancelled=cancelled)
+                shapes = load_or_measure_shapes(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
+                                                runtime.n_batch, say=say, cancelled=cancelled)
             costs = PassCosts(dict(calibration.seconds))
             if parallel is None:
                 parallel = auto_parallel(costs, PARALLEL_AUTO_MAX)
@@ -274,8 +282,7 @@ class BatchRuntime(Prompts):
                 raise KeyboardInterrupt
             return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel,
                        describe_device(target.gpu_layers, target.n_layer, runtime.threads(), target.remote), notices,
-                       calibration,
-                       stack)
+                       calibration, shapes, stack)
         except BaseException:
             stack.close()
             raise
@@ -285,7 +292,8 @@ class BatchRuntime(Prompts):
         runtime's), the shared pass costs."""
         speculation = job.speculation or self.settings.speculation
         drafters = lookup_drafters(speculation.drafter) or []
-        policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs)
+        policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs,
+                             shapes=self.shapes)
         return Generator(lane, self.model.vocab, drafters, job.sampling, policy)
 
     def close(self) -> None:
@@ -302,23 +310,8 @@ class BatchRuntime(Prompts):
         self.close()
 
 
-# --parallel auto looks no further: each lane holds a --ctx of KV cache (docs/batch.md prices it)
-PARALLEL_AUTO_MAX = 8
-# ... and takes the fewest lanes that reach this share of the best throughput the cost curve promises
-PARALLEL_AUTO_SHARE = 0.95
-
-
 def _never() -> bool:
     return False
-
-
-def auto_parallel(costs: PassCosts, limit: int) -> int:
-    """How many sequences to run at once: plain batching's tokens per second, p / cost(p), is what lanes buy; take
-    the fewest within PARALLEL_AUTO_SHARE of the best up to ``limit`` (more lanes cost memory and each sequence's
-    latency for little)."""
-    rate = {p: p / costs(p) for p in range(1, limit + 1)}
-    best = max(rate.values())
-    return min(p for p, r in rate.items() if r >= PARALLEL_AUTO_SHARE * best)
 
 
 def _open_target(

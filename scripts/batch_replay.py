@@ -17,9 +17,9 @@ from pathlib import Path
 from localspec.bench.parallel import as_batch
 from localspec.bench.replay import Known, load_cost_table, replay_batch, shipped_tables
 from localspec.bench.suite import load_suite
-from localspec.runtime import BatchRuntime, auto_parallel
+from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings, Settings, SpeculationSettings
-from localspec.speculative.costs import PassCosts
+from localspec.speculative.costs import PassCosts, auto_parallel
 
 OUT = Path("bench-out/batch-outputs.json")
 

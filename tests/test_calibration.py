@@ -34,6 +34,8 @@ from localspec.speculative.calibrate import (
 )
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.shape_timing import load_or_measure_shapes, measure_shapes
+from localspec.speculative.shapes import STEADY, Shapes
 from tests.test_pass_costs import busy, noisy
 
 N_MAX = 2  # sizes to time in these tests: enough to see the mechanism, quick on two cores
@@ -189,7 +191,7 @@ def test_a_runtime_writes_its_corrected_pass_costs_back(model_path: Path, tmp_pa
     assert stored is not None and stored.seconds[1] < inflated[1] / 3 and stored.measured[1].startswith("live")
 
 
-def test_calibrate_command_shows_the_figures_and_how_they_were_measured(
+def test_calibrate_command_shows_the_figures_how_they_were_measured_and_pass_shapes(
     model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
@@ -197,14 +199,30 @@ def test_calibrate_command_shows_the_figures_and_how_they_were_measured(
     for argmax in (True, False):  # whichever way this machine reads passes back (choose_reads)
         path = cache_path(known_sha256(model_path), device_name(0), 2, 0, 17, argmax)
         Calibration(figures, dict.fromkeys(figures, "how"), "cpu", provisional="busy", path=path).save()
-    result = CliRunner().invoke(app, ["calibrate", "--show", "--model", str(model_path), "--threads", "2",
+    result = CliRunner().invoke(app, ["calibrate", "--show", "--shapes", "--model", str(model_path), "--threads", "2",
                                       "--gpu-layers", "0"])
     assert result.exit_code == 0, result.output
-    rows = [line.split() for line in result.stdout.splitlines()[2:]]
+    lines = result.stdout.splitlines()
+    warmup = lines.index(next(line for line in lines if "warm-up" in line))
+    rows = [line.split() for line in lines[2:warmup]]
     assert [(int(r[0]), float(r[1])) for r in rows] == [(n, round(s * 1000, 2)) for n, s in figures.items()]
     assert all(r[-1] == "how" for r in rows)
     assert "provisional: busy" in result.stderr and "-q5-" in result.stderr  # shown, not measured again
     assert "greedy passes read back as" in result.stderr
+    # --shapes: passes of a steady size against passes after a change; a CPU keeps no sizes
+    assert [int(line.split()[0]) for line in lines[warmup + 2:]] == [1, 2, 4]
+    assert "no CUDA graphs on this device: every draft length is its own pass size" in result.stderr
+
+
+def test_steady_and_after_change_passes_are_timed_and_the_cache_left_as_it_was(context: Context) -> None:
+    context.feed([2, 651, 6037])
+    before = list(context.tokens)
+    timing = measure_shapes(context, sizes=(1, 2), rounds=1)
+    assert context.tokens == before
+    assert set(timing.seconds) == {"after change", "capture", "steady"}
+    assert all(set(by) == {1, 2} and min(by.values()) > 0 for by in timing.seconds.values())
+    # a CPU runs no CUDA graphs: localspec keeps no pass sizes there, and times nothing to find that out
+    assert load_or_measure_shapes(context, "0" * 64, 2, 0, N_MAX) == Shapes()
 
 
 # ---- the same prompt, the same passes, whatever the timing noise ------------------------------------------------
@@ -216,8 +234,11 @@ class NoisyTable:
     def __init__(self, table: CostTable, seed: int) -> None:
         self.table, self.rng = table, random.Random(seed)
 
-    def step(self, n: int) -> float:
-        return noisy(self.table.step(n), self.rng)
+    def step(self, n: int, stage: int = STEADY) -> float:
+        return noisy(self.table.step(n, stage), self.rng)
+
+    def shapes(self, n_max: int) -> Shapes:
+        return self.table.shapes(n_max)
 
     def calibration(self, n_max: int) -> dict[int, float]:
         return self.table.calibration(n_max)

@@ -12,6 +12,7 @@ from localspec.bench.runner import split_variant
 from localspec.drafters.base import Draft
 from localspec.errors import UserError
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.shapes import AFTER_CHANGE
 
 # a copied passage, then the same passage again: prompt lookup can draft the second copy
 PASSAGE = list(range(100, 160))
@@ -137,16 +138,18 @@ def test_a_replayed_tree_pass_answers_on_the_replayed_path_only_and_costs_all_it
     # rows: 2 (pending), 3 (right), 9 (wrong), 4 (right, after 3), 8 (after the wrong 9)
     best = target.decode_tree_argmax([2, 3, 9, 4, 8], [-1, 0, 0, 1, 2])
     assert best == [3, 4, -1, 5, -1]
-    assert clock.now == pytest.approx(table.step(5))
+    # the context's first pass: right after a change of shape, without a CUDA graph
+    assert clock.now == pytest.approx(table.step(5, AFTER_CHANGE))
+    assert table.step(5, AFTER_CHANGE) > table.step(5)
     target.keep_path([0, 1, 3])
     assert target.tokens == [1, 2, 3, 4]
 
 
 def test_with_one_candidate_a_step_allowed_trees_is_exactly_the_chain() -> None:
     """Every n-gram of the passage occurs once: there is never a second candidate, so --branches 4 must replay
-    exactly as one chain, pass for pass."""
+    exactly as one chain, pass for pass (a chain without pass shapes: trees are never padded)."""
     table = load_cost_table("h100")
-    chain = replay("ngram", PROMPT, OUTPUT, table, branches=1)
+    chain = replay("ngram", PROMPT, OUTPUT, table, branches=1, shapes=False)
     tree = replay("ngram", PROMPT, OUTPUT, table, branches=4)
     assert tree.tree_passes == 0
     assert (tree.target_passes, tree.drafted, tree.accepted) == (chain.target_passes, chain.drafted, chain.accepted)

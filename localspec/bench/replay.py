@@ -13,15 +13,13 @@ Without it a replay prices bare passes and overestimates.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 
 from localspec.bench.compare import BASELINE
+from localspec.bench.cost_table import CostTable, load_cost_table, shipped_tables
 from localspec.bench.records import RunRecord
 from localspec.bench.runner import split_variant
 from localspec.errors import UserError
@@ -33,82 +31,12 @@ from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.scheduler import Job, Scheduler
+from localspec.speculative.shapes import Warmup
+
+__all__ = ["CostTable", "load_cost_table", "replay", "replay_batch", "replay_oracle", "shipped_tables"]
 
 REPLAYABLE = ("none", "ngram", "auto")  # drafters whose proposals need no model: auto is replayed without one
 ORACLE = "oracle"
-
-
-@dataclass(frozen=True, slots=True)
-class CostTable:
-    """Seconds per target pass by tokens in the pass (logits at every position), on one device."""
-
-    device: str
-    seconds_by_batch: dict[int, float]
-    model: str = ""  # the GGUF file the passes were measured with ("" where the table does not say)
-    overhead_base: float = 0.0  # seconds a live step adds to its bare pass ...
-    overhead_draft: float = 0.0  # ... plus this when the pass verifies a draft ...
-    overhead_per_token: float = 0.0  # ... plus this per token in the pass
-    source: str = ""
-
-    def bare(self, n: int) -> float:
-        """A bare pass of n tokens: measured, interpolated between measured sizes, or extended by the last slope."""
-        table = self.seconds_by_batch
-        if n in table:
-            return table[n]
-        sizes = sorted(table)
-        below = [m for m in sizes if m < n]
-        above = [m for m in sizes if m > n]
-        if below and above:
-            lo, hi = below[-1], above[0]
-        elif len(sizes) == 1:
-            return table[sizes[0]] * n / sizes[0]
-        else:
-            lo, hi = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
-        return table[lo] + (table[hi] - table[lo]) * (n - lo) / (hi - lo)
-
-    def step(self, n: int) -> float:
-        """A live step whose pass holds n tokens."""
-        return self.bare(n) + self.overhead_base + self.overhead_per_token * n + (self.overhead_draft if n > 1 else 0.0)
-
-    def calibration(self, n_max: int) -> dict[int, float]:
-        """What localspec's calibration would measure on that device (bare passes, 1..n_max)."""
-        return {n: self.bare(n) for n in range(1, n_max + 1)}
-
-
-def shipped_tables() -> dict[str, Path]:
-    """The cost tables that ship with localspec, by short name (the file name without ``-gemma3-270m.json``)."""
-    folder = resources.files("localspec") / "costs"
-    return {p.name.removesuffix(".json").removesuffix("-gemma3-270m"): Path(str(p))
-            for p in folder.iterdir() if p.name.endswith(".json")}
-
-
-def load_cost_table(spec: str | Path) -> CostTable:
-    """A shipped table by name (``h100``), a cost-table file (``seconds_by_batch``; localspec's calibration cache files
-    under its cache directory are such files), or a flat ``{n: seconds}`` object."""
-    shipped = shipped_tables()
-    path = shipped.get(str(spec), Path(spec))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"no cost table {str(spec)!r}: give a file, or one of {', '.join(sorted(shipped))}") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read cost table {path}: {e}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is not a cost table: expected a JSON object")
-    raw = data.get("seconds_by_batch", data)
-    try:
-        seconds = {int(n): float(s) for n, s in raw.items()}
-    except (TypeError, ValueError, AttributeError):
-        raise UserError(f"{path} is not a cost table: 'seconds_by_batch' must map batch sizes to seconds") from None
-    if 1 not in seconds or any(s <= 0 for s in seconds.values()) or len(seconds) < 2:
-        raise UserError(f"{path} is not a cost table: it needs positive seconds for n = 1 and at least one more size")
-    overhead = data.get("step_overhead_seconds") or {}
-    return CostTable(
-        device=str(data.get("device", path.stem)), seconds_by_batch=seconds, model=str(data.get("model", "")),
-        overhead_base=float(overhead.get("base", 0.0)), overhead_draft=float(overhead.get("draft_step", 0.0)),
-        overhead_per_token=float(overhead.get("per_token", 0.0)),
-        source=path.name,
-    )
 
 
 class _Clock:
@@ -133,9 +61,10 @@ class _KnownTarget:
         self.tokens: list[int] = []
         self.n_ctx = len(self.sequence) + 1
         self._tree: list[int] = []
+        self.warmup = Warmup()  # a pass costs by the sizes before it (a GPU's graphs)
 
     def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
-        self.clock.now += self.table.step(len(tokens))
+        self.clock.now += self.table.step(len(tokens), self.warmup.step(len(tokens)))
         return self.answer(tokens)
 
     def answer(self, tokens: Sequence[int]) -> list[int]:
@@ -147,7 +76,7 @@ class _KnownTarget:
     def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
         """A tree pass costs a pass over all its nodes; only rows on the replayed text's path get its answer."""
         start = len(self.tokens)
-        self.clock.now += self.table.step(len(tokens))
+        self.clock.now += self.table.step(len(tokens), self.warmup.step(len(tokens)))
         self._tree = list(tokens)
         depth, on_path, out = [0] * len(tokens), [False] * len(tokens), []
         for i, token in enumerate(tokens):
@@ -185,19 +114,21 @@ class _NoText:
 
 def replay(
     drafter: str, prompt: Sequence[int], output: Sequence[int], table: CostTable, *, k: int | None = None,
-    k_max: int = 16, eog: bool = False, branches: int = 1, policy: DraftPolicy | None = None,
+    k_max: int = 16, eog: bool = False, branches: int = 1, policy: DraftPolicy | None = None, shapes: bool = True,
 ) -> Stats:
     """Generate ``output`` again through the speculation loop, with ``drafter`` and the policy (adaptive, or fixed
     ``k``; token trees of up to ``branches`` candidates) calibrated on the table's bare passes, against a target
     that knows the answers and prices each pass. ``eog``: the generation ended on end-of-generation, whose pass
     counts too. ``policy``: the one to replay instead (``k``, ``k_max`` and ``branches`` are then its own): one
-    calibrated elsewhere (on a busy machine, say), or one that has already run, to go on from what it learned."""
+    calibrated elsewhere (on a busy machine, say), or one that has already run, to go on from what it learned.
+    ``shapes``: keep the pass sizes the table's device keeps (as localspec does there); False: as before it did."""
     drafters = lookup_drafters(drafter)
     if drafters is None:
         raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
     if policy is None:
-        policy = DraftPolicy(k_max=k_max, fixed=k, branches=branches)
-        policy.calibrate(table.calibration(k_max + 1))
+        policy = DraftPolicy(k_max=k_max, fixed=k, branches=branches,
+                             shapes=table.shapes(k_max + 1) if shapes else None)
+        policy.calibrate(table.calibration(k_max + 1, steady=shapes))
     clock = _Clock()
     target = _KnownTarget([*prompt, *output], table, clock, eog=eog)
     generator = Generator(target, _NoText(), drafters, SamplingSettings(), policy, clock)
@@ -241,6 +172,7 @@ class _KnownLanes:
         self.lanes = [_KnownTarget([], table, clock, eog=False) for _ in range(n_lanes)]
         self.n_ctx = max(len(k.prompt) + len(k.output) for k in known) + 2
         self.n_batch, self.max_rows = 1 << 30, max_rows
+        self.warmup = Warmup()
 
     def __len__(self) -> int:
         return len(self.lanes)
@@ -255,7 +187,8 @@ class _KnownLanes:
     def decode(self, parts: Sequence[Part]) -> list[list[int] | None]:
         rows = sum(len(p.tokens) for p in parts if p.want)
         if rows:
-            self.clock.now += self.table.step(rows)
+            stage = self.warmup.step((rows, sum(len(p.tokens) for p in parts if not p.want)))
+            self.clock.now += self.table.step(rows, stage, sum(1 for p in parts if p.want))
         return [self.lanes[p.lane].answer(p.tokens) if p.want else self.lanes[p.lane].feed(p.tokens) for p in parts]
 
     def share(self, src: int, dst: int, n: int) -> None:
@@ -264,6 +197,7 @@ class _KnownLanes:
 
 def replay_batch(
     drafter: str, known: Sequence[Known], table: CostTable, parallel: int, *, k: int | None = None, k_max: int = 16,
+    shapes: bool = True,
 ) -> BatchReplay:
     """Generate every ``known`` output again as one batch job, ``parallel`` sequences at a time, each drafting with
     ``drafter`` (adaptive, or fixed ``k``) on a policy calibrated on the table's bare passes; every pass priced on the
@@ -272,13 +206,14 @@ def replay_batch(
     if drafters is None:
         raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
     clock = _Clock()
-    costs = PassCosts(table.calibration(k_max + 1))
+    costs = PassCosts(table.calibration(parallel * (k_max + 1), steady=shapes))
     lanes = _KnownLanes(table, clock, known, parallel, parallel * (k_max + 1))
+    kept = table.shapes(parallel * (k_max + 1)) if shapes else None
 
     def make(target: Target, job: Job) -> Generator:
         sampling = job.sampling
         return Generator(target, _NoText(), lookup_drafters(drafter) or [], sampling,
-                         DraftPolicy(k_max=k_max, fixed=k, costs=costs), clock)
+                         DraftPolicy(k_max=k_max, fixed=k, costs=costs, shapes=kept), clock)
 
     scheduler = Scheduler(lanes, make, costs, parallel=parallel, clock=clock)
     jobs = [Job(list(g.prompt), GenerationSettings(max_tokens=len(g.output) + (1 if g.eog else 0)), key=i)

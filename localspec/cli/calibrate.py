@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,6 +15,7 @@ from localspec.cli.options import generation_options
 from localspec.settings import Settings
 
 if TYPE_CHECKING:  # `localspec --help` must not load llama_cpp (tests/test_import_order.py)
+    from localspec.runtime import Runtime
     from localspec.speculative.calibrate import Progress
 
 
@@ -23,6 +24,10 @@ if TYPE_CHECKING:  # `localspec --help` must not load llama_cpp (tests/test_impo
 def calibrate(
     show: Annotated[bool, typer.Option(
         "--show", help="Print the figures in use (measured first only if there are none).")] = False,
+    shapes: Annotated[bool, typer.Option(
+        "--shapes", help="Also time passes of a steady size against passes right after a change of size (a GPU's "
+        "CUDA graphs make the first cheaper; a CPU shows no difference), and say which sizes localspec keeps.",
+    )] = False,
     *,
     options: Settings,
 ) -> None:
@@ -38,6 +43,8 @@ def calibrate(
       localspec calibrate
 
       localspec calibrate --show --gpu-layers 0
+
+      localspec calibrate --shapes
     """
     from localspec.runtime import Runtime
     from localspec.speculative.calibrate import choose_reads, load_or_measure
@@ -66,6 +73,34 @@ def calibrate(
             print(f"localspec: greedy passes read back as {reads.describe()}", file=sys.stderr)
         state = f"provisional: {calibration.provisional}" if calibration.provisional else "measured on a quiet machine"
         print(f"localspec: {state}; cached in {calibration.path}", file=sys.stderr)
+        if shapes:
+            _print_shapes(rt, *args[1:], cancelled=cancelled)
+
+
+def _print_shapes(rt: Runtime, model_hash: str, threads: int, gpu_layers: int, n_max: int,
+                  cancelled: Callable[[], bool]) -> None:
+    """Steady passes against passes after a change of size, and the sizes localspec keeps on this device."""
+    from localspec.engine.backend import graphs_in_use
+    from localspec.speculative.shape_timing import SIZES, load_or_measure_shapes, measure_shapes
+
+    graphs = graphs_in_use(gpu_layers, rt.model.n_layer, rt.model.remote)
+    # without graphs the figures only show that a change costs nothing: a few sizes, one round, are enough
+    sizes = [n for n in SIZES if n <= (n_max if graphs else 4)] or [1]
+    timing = measure_shapes(rt.context, sizes, rounds=3 if graphs else 1, cancelled=cancelled)
+    print("passes by where they stand in a CUDA graph's warm-up:")
+    print(f"  {'tokens':>6}  {'steady ms':>9}  {'after a change':>14}  {'capture':>8}")
+    for n, steady in sorted(timing.seconds["steady"].items()):
+        after, capture = timing.seconds["after change"][n], timing.seconds["capture"][n]
+        print(f"  {n:>6}  {steady * 1000:>9.2f}  {after * 1000:>11.2f} ms  {capture * 1000:>5.2f} ms")
+    kept = load_or_measure_shapes(rt.context, model_hash, threads, gpu_layers, n_max, again=True,
+                                  cancelled=cancelled)
+    if kept.active:
+        print(f"localspec: CUDA graphs: passes keep to {', '.join(map(str, kept.sizes))} rows, drafts padded up",
+              file=sys.stderr)
+    else:
+        why = ("CUDA graphs in use, but a change of size costs nothing measurable" if graphs
+               else "no CUDA graphs on this device")
+        print(f"localspec: {why}: every draft length is its own pass size", file=sys.stderr)
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from collections import deque
 from pathlib import Path
@@ -95,6 +96,14 @@ def gpu_backend_name() -> str:
         if any(n.startswith((f"lib{lib}.", f"{lib}.")) for n in names):
             return label
     return "GPU"
+
+
+def graphs_in_use(gpu_layers: int, n_layer: int, remote: str = "") -> bool:
+    """Whether this device's passes run as CUDA graphs (whose replay wants a steady pass shape): layers offloaded
+    to a CUDA GPU, graphs not disabled (``GGML_CUDA_DISABLE_GRAPHS``)."""
+    if remote or offloaded_layers(gpu_layers, n_layer) <= 0 or os.environ.get("GGML_CUDA_DISABLE_GRAPHS"):
+        return False
+    return gpu_backend_name() == "CUDA"
 
 
 def offloaded_layers(requested: int, n_layer: int, remote: bool = False) -> int:

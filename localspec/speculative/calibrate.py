@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from localspec.engine import Context, library_version
-from localspec.engine.backend import gpu_backend_name, offloaded_layers
+from localspec.engine.backend import gpu_backend_name, graphs_in_use, offloaded_layers
 from localspec.machine import processor_name
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
@@ -159,7 +159,8 @@ def choose_reads(
         (say or to_stderr)("timing how this device reads a pass back (token ids or logits), once")
         ctx.use_backend_sampler(True)
         load = _OtherLoad()
-        reads = _time_reads(ctx, n_max, rounds, cancelled)
+        steady = graphs_in_use(gpu_layers, ctx.model.n_layer, ctx.model.remote)
+        reads = _time_reads(ctx, n_max, rounds, cancelled, steady=steady)
         others = load.cores()
         # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
         if others is None or others < _BUSY_CORES:
@@ -179,17 +180,22 @@ def _read_reads(path: Path) -> Reads | None:
         return None
 
 
-def _time_reads(ctx: Context, n_max: int, rounds: int, cancelled: Callable[[], bool] | None) -> Reads:
+def _time_reads(ctx: Context, n_max: int, rounds: int, cancelled: Callable[[], bool] | None, *,
+                steady: bool = False) -> Reads:
     """Both ways over passes of 1, n_max / 2 and n_max, interleaved over ``rounds`` rounds; each way's first pass
-    after a switch is not timed (llama.cpp rebuilds its graph then)."""
+    after a switch is not timed (llama.cpp rebuilds its graph then). ``steady``: each size is timed on its third
+    pass in a row, as the loop makes it where CUDA graphs want a steady shape (interleaved, every pass there would
+    run without a graph and the choice would be made for passes the loop does not make)."""
     sizes = sorted({1, max(1, n_max // 2), n_max})
     samples: dict[str, dict[int, list[float]]] = {how: {n: [] for n in sizes} for how in ("ids", "logits")}
-    with _timing_history(ctx, n_max) as tokens:
+    with timing_history(ctx, n_max) as tokens:
         for rep in range(rounds):
             for how in ("ids", "logits") if rep % 2 == 0 else ("logits", "ids"):
-                _timed_pass(ctx, tokens[:1], how == "ids", cancelled)  # llama.cpp rebuilds its graph: not timed
+                timed_pass(ctx, tokens[:1], how == "ids", cancelled)  # llama.cpp rebuilds its graph: not timed
                 for n in sizes:
-                    samples[how][n].append(_timed_pass(ctx, tokens[:n], how == "ids", cancelled))
+                    for _ in range(2 if steady else 0):
+                        timed_pass(ctx, tokens[:n], how == "ids", cancelled)
+                    samples[how][n].append(timed_pass(ctx, tokens[:n], how == "ids", cancelled))
     seconds = {how: {n: low_quantile(ts) for n, ts in by_n.items()} for how, by_n in samples.items()}
     ids = sum(seconds["ids"].values()) <= sum(seconds["logits"].values())
     return Reads(ids, seconds, f"timed {_now()}")
@@ -244,13 +250,13 @@ def measure(
     def timed(n: int) -> float:
         nonlocal done
         # the pass the loop will make: token ids where llama.cpp samples in the graph, else logits
-        seconds = _timed_pass(ctx, tokens[:n], ctx.backend_sampling, cancelled)
+        seconds = timed_pass(ctx, tokens[:n], ctx.backend_sampling, cancelled)
         done += 1
         if progress is not None:
             progress(done, total)
         return seconds
 
-    with _timing_history(ctx, n_max) as tokens:
+    with timing_history(ctx, n_max) as tokens:
         timed(1)  # the first pass allocates the graph
         load = _OtherLoad()
         first = [timed(1) for _ in range(_SINGLES)]
@@ -276,7 +282,7 @@ def measure(
                        _disturbed(others, first, last, samples))
 
 
-def _timed_pass(ctx: Context, tokens: list[int], ids: bool, cancelled: Callable[[], bool] | None) -> float:
+def timed_pass(ctx: Context, tokens: list[int], ids: bool, cancelled: Callable[[], bool] | None) -> float:
     """Seconds to decode ``tokens`` after the cached history, read back as token ids or as logits; the cache is
     left as it was."""
     if cancelled is not None and cancelled():
@@ -293,7 +299,7 @@ def _timed_pass(ctx: Context, tokens: list[int], ids: bool, cancelled: Callable[
 
 
 @contextlib.contextmanager
-def _timing_history(ctx: Context, n_max: int) -> Iterator[list[int]]:
+def timing_history(ctx: Context, n_max: int) -> Iterator[list[int]]:
     """The cache holds 32 tokens of filler while the block times passes of the n_max tokens it is given; then it
     holds what it held before, also when the block is cancelled."""
     filler = ctx.model.vocab.tokenize(" the quick brown fox jumps over the lazy dog" * 4, add_special=True)

@@ -31,6 +31,10 @@ DRAFT_LEVEL_PASSES = 8  # draft passes among them before they alone set the leve
 STALE_AFTER = 1024  # passes after which a size's own passes are forgotten (the machine may have changed since)
 CALMER = 1.25  # a size's passes taken while the level was this much higher than now are of a busier machine
 SWEEP_EVERY = 64  # passes between recomputing every size's figure (expiry; the level moving recomputes them too)
+# --parallel auto looks no further: each lane holds a --ctx of KV cache (docs/batch.md prices it)
+PARALLEL_AUTO_MAX = 8
+# ... and takes the fewest lanes that reach this share of the best throughput the cost curve promises
+PARALLEL_AUTO_SHARE = 0.95
 
 
 def low_quantile(values: list[float]) -> float:
@@ -128,3 +132,12 @@ class PassCosts:
                 # below the smallest size measured, never less than that size's share per token
                 curve[n] = max(seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref), seen[ref] * n / ref)
         self._curve = curve
+
+
+def auto_parallel(costs: PassCosts, limit: int) -> int:
+    """How many sequences to run at once: plain batching's tokens per second, p / cost(p), is what lanes buy; take
+    the fewest within PARALLEL_AUTO_SHARE of the best up to ``limit`` (more lanes cost memory and each sequence's
+    latency for little)."""
+    rate = {p: p / costs(p) for p in range(1, limit + 1)}
+    best = max(rate.values())
+    return min(p for p, r in rate.items() if r >= PARALLEL_AUTO_SHARE * best)

@@ -120,6 +120,17 @@ class Generator:
     def plan(self, history: list[int], room: int) -> Plan:
         """Propose: ask the drafters, and lay the draft out as the rows one pass verifies."""
         draft = self._propose(history, room)
+        if self.drafters:  # a device with pass shapes verifies a draft padded up to the size it keeps
+            draft = self.policy.pad(draft, history, self.target.n_ctx - len(history))
+        return self._laid_out(draft, history)
+
+    def widen(self, plan: Plan, history: list[int], depth: int) -> Plan:
+        """``plan`` with its draft padded to ``depth`` tokens: a batch keeps its pass's size (scheduler.py)."""
+        draft = self.policy.pad(plan.draft, history, self.target.n_ctx - len(history), depth)
+        return plan if draft is plan.draft else self._laid_out(draft, history)
+
+    @staticmethod
+    def _laid_out(draft: Draft, history: list[int]) -> Plan:
         tree = TokenTree.of(draft.candidates)
         # a chain verifies [pending, *draft] in order; a tree's nodes follow their parents (-1: the cache)
         parents = None if tree.branches == 1 else [-1, *(parent + 1 for parent in tree.parents)]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from localspec.drafters.base import Draft, Drafter
 from localspec.speculative.costs import PassCosts
+from localspec.speculative.shapes import STEADY, Depths, Shapes, Warmup, choose, pad
 from localspec.speculative.tree import trie_sizes
 
 _DECAY = 0.95  # weight of the past in each running estimate
@@ -90,6 +91,8 @@ class _Watched:
     survivals: list[_Survival]
     matched: int = 0
     alive: list[bool] = field(default_factory=list)  # the candidates that matched every token so far
+    depths: Depths | None = None  # told each token the proposal got right (a device with pass shapes) ...
+    born: int = 0  # ... as of the step it was made (depths' age)
 
     def advance(self, emitted: Sequence[int]) -> bool:
         """Score each position as soon as its token is known; True once the proposal is settled.
@@ -116,19 +119,34 @@ class _Watched:
                     self.survivals[w].record(j, ok)
             if not ok:
                 return True
+            if self.depths is not None and alive[0]:
+                self.depths.matched(j, self.depths_age())
             self.matched += 1
         return not any(a and self.matched < len(c) for a, c in zip(self.alive, self.candidates, strict=True))
+
+    def depths_age(self) -> int:
+        assert self.depths is not None
+        return self.depths.steps - self.born
 
 
 class DraftPolicy:
     """Picks k per step; ``fixed`` pins it (``--k N``)."""
 
     def __init__(
-        self, k_max: int = 16, fixed: int | None = None, branches: int = 1, costs: PassCosts | None = None
+        self, k_max: int = 16, fixed: int | None = None, branches: int = 1, costs: PassCosts | None = None,
+        shapes: Shapes | None = None,
     ) -> None:
         self.k_max = k_max
         self.fixed = fixed
         self.branches = branches  # the most candidates a lookup may offer, verified together as a token tree
+        # the device's pass sizes (a GPU's CUDA graphs): lookup drafts are then verified in passes of one kept size,
+        # padded up to it, and the size changes only when that pays for the change (speculative/shapes.py)
+        self.shapes = shapes if shapes is not None and shapes.active and branches == 1 else Shapes()
+        self.size = 0  # the kept size of this sequence's passes (0: none chosen yet)
+        self.warmup = Warmup()
+        # in a batch the scheduler keeps the pass's size (its rows summed over the sequences) and pads it: each
+        # sequence drafts as it would without shapes, and ``pad`` is told how far to go
+        self.in_batch = False
         # what a target pass costs on this device: calibrated, corrected by every pass the loop makes; it is the
         # device's, not the text's, so ``reset`` keeps it, and the sequences of a batch share one
         self.costs = costs if costs is not None else PassCosts()
@@ -145,18 +163,23 @@ class DraftPolicy:
         self._draft_cost: dict[str, float] = dict(self._drafter_calibration)  # seconds per drafted token
         self._plain_steps: dict[str, int] = {}
         self._patience: dict[str, int] = {}
+        self.depths = Depths(self.k_max)
         self.restart()
 
     def restart(self) -> None:
         """A new generation: proposals still waiting for their outcome belong to the old text."""
         self._watched: list[_Watched] = []
         self._trimmed: Draft | None = None  # the last draft `trim` cut from a watched proposal
+        self._room = self.k_max  # what the generation has left, as the last ``cap`` was told
+        self._proposal: list[int] = []  # this step's lookup proposal, untrimmed (what padding continues)
+        self._step_depth: int | None = None
 
     def cap(self, drafter: Drafter, room: int) -> int:
         """How many tokens ``drafter`` may propose this step (``room``: what the generation has left). A lookup
         proposes all it can and is trimmed afterwards; a model drafter pays per token, so its length is chosen now."""
         if room <= 0:
             return 0
+        self._room = room
         if drafter.lookup:
             return min(room, self.k_max)
         return self.best_k(drafter.name, drafter.name, room)
@@ -172,9 +195,56 @@ class DraftPolicy:
             return draft
         candidates = draft.candidates
         survivals = [self._survival_of(_wide(draft.kind, w)) for w in range(1, len(candidates) + 1)]
-        self._watched.append(_Watched(candidates, survivals))
-        self._trimmed = draft.trimmed(*self._shape(draft, candidates))
+        shaped = self.shapes.active and not self.in_batch
+        if shaped:
+            self.depths.record()
+        self._watched.append(_Watched(candidates, survivals, depths=self.depths if shaped else None,
+                                      born=self.depths.steps))
+        self._proposal = candidates[0]
+        if shaped:
+            self._step_depth = self._depth()  # the pass's size for this step, chosen once (``pad`` uses it)
+        self._trimmed = draft.trimmed(*(self._shape(draft, candidates) if not shaped else (self._step_depth, 1)))
         return self._trimmed
+
+    def pad(self, draft: Draft, history: Sequence[int], room: int, depth: int | None = None) -> Draft:
+        """On a device with pass shapes, a chain of one-hot tokens (a lookup's draft, or none) filled up to the kept
+        size, or to ``depth`` (a batch's scheduler says), at most ``room`` tokens: the rest of the lookup's proposal,
+        then filler. Elsewhere, and in a batch until the scheduler says how far, ``draft`` as is."""
+        if not self.shapes.active or draft.dists is not None or draft.others or (self.in_batch and depth is None):
+            return draft
+        proposal, self._proposal = self._proposal, []
+        if depth is None:
+            if not proposal:
+                self.depths.record()  # a step with no proposal: every depth would have made 1 token
+            depth = self._step_depth if self._step_depth is not None else self._depth()
+            self._step_depth = None
+        depth = min(depth, room)
+        if len(draft) >= depth:
+            return draft
+        padded = Draft(pad(draft.tokens, proposal, history, depth), None, draft.drafter or "pad",
+                       draft.kind or "pad")
+        self._trimmed = padded  # learned in hindsight (its proposal), or filler: never as a draft of its own
+        return padded
+
+    def _depth(self) -> int:
+        """Draft tokens in this step's pass, on a device with pass shapes: the kept size, less the pending row."""
+        shapes = self.shapes
+        if self.fixed is not None:  # the pinned length, padded up to a kept size; or no draft through a dry spell
+            sizes = [1, shapes.size_for(min(self.fixed, self.k_max) + 1)]
+            self.size = self.size or sizes[1]  # drafting from the first step, as asked
+        else:
+            sizes = [s for s in shapes.sizes if s <= self.k_max + 1]
+        self.size = choose(self.size, sizes, lambda s: (self.depths.expected(s - 1), self._rate_seconds(s)),
+                           shapes.change_cost, self._room)
+        return self.size - 1
+
+    def _rate_seconds(self, rows: int) -> float:
+        return self.costs(rows) if self.costs.known() else float(rows)
+
+    def spare(self) -> int:
+        """In a batch, the tokens of this step's proposal that its draft left out: the first rows worth padding."""
+        trimmed = len(self._trimmed) if self._trimmed is not None else 0
+        return max(0, len(self._proposal) - trimmed)
 
     def _shape(self, draft: Draft, candidates: list[list[int]]) -> tuple[int, int]:
         """(depth k, width w): a tree of the first w candidates cut to k tokens, for the most expected tokens per
@@ -277,8 +347,11 @@ class DraftPolicy:
         ``nodes``: the draft tokens the pass verified, where a tree's candidates shared some. ``priced``: the pass
         was this sequence's alone, so its seconds are what its rows cost (a batch prices its shared passes itself)."""
         drafted, drafter = len(draft), draft.drafter
-        if priced:
-            self.costs.update((drafted if nodes is None else nodes) + 1, verify_seconds)
+        rows = (drafted if nodes is None else nodes) + 1
+        # on a device with pass shapes only a steady pass says what its size costs: a change is priced apart
+        steady = self.warmup.step(rows) == STEADY or not self.shapes.active
+        if priced and steady:
+            self.costs.update(rows, verify_seconds)
         if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice
             self._survival_of(draft.kind).update(accepted, drafted)
         self._trimmed = None

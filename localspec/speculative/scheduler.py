@@ -28,6 +28,7 @@ from localspec.passes import Outputs, Part
 from localspec.settings import GenerationSettings, SamplingSettings, SpeculationSettings
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Plan, Run, Target
+from localspec.speculative.shapes import STEADY, Shapes, Warmup
 from localspec.speculative.text import TextStream
 from localspec.tokens import common_prefix
 
@@ -127,6 +128,10 @@ class Scheduler:
         self.prefill_chunk = prefill_chunk
         self.clock = clock
         self.stats = stats if stats is not None else PassStats()
+        # on a device with pass shapes (a GPU's CUDA graphs; the sequences' policies know them) every pass is padded
+        # up to a kept number of rows
+        self.warmup = Warmup()
+        self._size = 0  # the rows of the last pass, padding included
 
     def run(
         self, jobs: Iterable[Job | None], cancelled: Callable[[], bool] = lambda: False,
@@ -216,11 +221,11 @@ class Scheduler:
                 self._share_prefix(f)
                 yield from self._prefilled(f)  # a prompt another lane held, or the lane's last job, is cached whole
         decoding = [f for f in live if f.decoding]
-        parts: list[Part] = []
         planned: list[_Flight] = []
         rows_after = sum(f.last[0] for f in decoding)
         tokens_after = sum(f.last[1] for f in decoding)
         rows_before, tokens_before = 0, 0.0
+        shapes = decoding[0].generator.policy.shapes if decoding else Shapes()
         for f in decoding:
             rows_after -= f.last[0]
             tokens_after -= f.last[1]
@@ -231,14 +236,18 @@ class Scheduler:
             room = min(room, self.lanes.max_rows - others - 1)
             policy = f.generator.policy
             policy.others = (others, tokens_before + tokens_after)
+            policy.in_batch = True
             t0 = self.clock()
             f.plan = plan = f.generator.plan(f.run.history, room)
             f.draft_seconds = self.clock() - t0
             f.last = (len(plan.rows), policy.expected if len(plan.rows) > 1 else 1.0)
             rows_before += f.last[0]
             tokens_before += f.last[1]
-            parts.append(Part(f.lane, plan.rows, "ids" if f.job.sampling.greedy else "logits"))
             planned.append(f)
+        if shapes.active and planned:
+            rows_before = self._fill(planned, shapes, rows_before)
+        parts = [Part(f.lane, f.plan.rows, "ids" if f.job.sampling.greedy else "logits") for f in planned
+                 if f.plan is not None]
         prefilling = self._prefill_parts(live, rows_before, bool(planned))
         parts += [Part(f.lane, chunk, None) for f, chunk in prefilling]
         if not parts:
@@ -247,16 +256,51 @@ class Scheduler:
         outputs = self.lanes.decode(parts)
         self.stats.passes += 1
         self.stats.rows += rows_before
+        settled = []
         for f, out in zip(planned, outputs, strict=False):
             assert f.plan is not None and out is not None
-            result = f.generator.settle(f.run.history, f.plan, out, f.draft_seconds, started, shared=True)
-            yield f.job, f.generator.advance(f.run, result)
+            settled.append((f, f.generator.settle(f.run.history, f.plan, out, f.draft_seconds, started, shared=True)))
             f.plan = None
-        if planned and not prefilling:  # a prompt chunk's tokens cost less than rows with outputs: not on the curve
-            self.costs.update(rows_before, self.clock() - started)
+        # timed before the events go up: what their consumers do is not the pass's cost; a prompt chunk's tokens
+        # cost less than rows with outputs (not on the curve), and with pass shapes only a steady pass is priced
+        seconds = self.clock() - started
+        stage = self.warmup.step((rows_before, sum(len(chunk) for _, chunk in prefilling)))
+        if planned and not prefilling and (stage == STEADY or not shapes.active):
+            self.costs.update(rows_before, seconds)
+        for f, result in settled:
+            yield f.job, f.generator.advance(f.run, result)
         for f, chunk in prefilling:
             self.stats.prefill_tokens += len(chunk)
             yield from self._prefilled(f)
+
+    def _fill(self, planned: list[_Flight], shapes: Shapes, rows: int) -> int:
+        """Pad the pass up to the number of rows the last pass had, or up to a kept size, where the padding costs
+        less than the change of size it saves (a GPU's CUDA graphs want the size steady): first with the rest of
+        the sequences' proposals (rows with a chance), then filler spread evenly. Returns the rows."""
+        last = self._size
+        sizes = {rows, shapes.size_for(rows), *([last] if last >= rows else [])}
+
+        def price(size: int) -> float:
+            return self.costs(size) + (0.0 if size == last else shapes.change_cost(size))
+
+        size = min((s for s in sizes if s <= self.lanes.max_rows), key=lambda s: (price(s), s), default=rows)
+        self._size = size
+        if size <= rows:
+            return rows
+        extra = size - rows
+        depth = {id(f): len(f.plan.rows) - 1 for f in planned if f.plan is not None and f.plan.parents is None}
+        for f in sorted(planned, key=lambda f: -f.generator.policy.spare()):
+            if id(f) in depth:
+                take = min(extra, f.generator.policy.spare())
+                depth[id(f)] += take
+                extra -= take
+        padable = [f for f in planned if id(f) in depth]
+        for i in range(extra if padable else 0):
+            depth[id(padable[i % len(padable)])] += 1
+        for f in padable:
+            assert f.plan is not None
+            f.plan = f.generator.widen(f.plan, f.run.history, depth[id(f)])
+        return sum(len(f.plan.rows) for f in planned if f.plan is not None)
 
     def _prefill_parts(
         self, live: list[_Flight], rows: int, decoding: bool

@@ -1,0 +1,179 @@
+"""Pass shapes (a GPU's CUDA graphs): the warm-up a pass stands in, the sizes a device keeps, padding, the choice of
+size; and that padded passes change no text, one sequence or a batch, greedy or sampled (the batch-invariant toy)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from localspec.bench.replay import CostTable, load_cost_table, replay
+from localspec.drafters.ngram import NgramDrafter
+from localspec.events import Step
+from localspec.settings import GenerationSettings, SamplingSettings
+from localspec.speculative.costs import PassCosts
+from localspec.speculative.loop import Generator, Target
+from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.scheduler import Job, Scheduler
+from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE, STEADY, Depths, Shapes, Warmup, choose, pad
+from tests.toy import ToyContext, ToyLanes, ToyModel, plain_greedy
+
+TARGET = ToyModel(seed=1)
+PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [1, 2, 3, 4], [10, 11, 10, 11, 10, 11, 12], [42], [7, 7, 7, 7, 7, 7, 7, 7, 7],
+           [3, 9, 27, 3, 9, 27, 3, 9], [20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31], [13, 14]]
+# an H100-like device: a pass of n rows steady, and dearer right after a change of size
+STEADY_S = {n: 1e-3 * (1.1 + 0.12 * (n - 1)) for n in range(1, 129)}
+KEPT = Shapes.learn(STEADY_S, {n: s + 0.55e-3 for n, s in STEADY_S.items()}, {}, 17)
+
+
+def test_a_pass_is_steady_only_after_two_of_its_size() -> None:
+    w = Warmup()
+    assert [w.step(n) for n in (1, 1, 1, 8, 8, 8, 8, 1)] == [
+        AFTER_CHANGE, CAPTURE, STEADY, AFTER_CHANGE, CAPTURE, STEADY, STEADY, AFTER_CHANGE]
+
+
+def test_a_device_where_a_change_costs_nothing_keeps_no_sizes() -> None:
+    cpu = {n: 0.02 * n for n in range(1, 18)}
+    assert not Shapes.learn(cpu, dict(cpu), dict(cpu), 17).active
+    assert KEPT.sizes == (1, 2, 4, 8, 16)
+    assert KEPT.change_cost(8) == pytest.approx(0.55e-3)
+    assert KEPT.size_for(3) == 4 and KEPT.size_for(9) == 16 and KEPT.size_for(40) == 40
+
+
+def test_a_knee_in_the_curve_is_a_kept_size() -> None:
+    curve = {n: 1e-3 * (n if n <= 6 else 3 * n) for n in range(1, 18)}  # 6 → 7 costs 3.5x
+    assert 6 in Shapes.learn(curve, {n: 2 * s for n, s in curve.items()}, {}, 17).sizes
+
+
+def test_padding_takes_the_rest_of_the_proposal_then_filler() -> None:
+    assert pad([4, 5], [4, 5, 6, 7, 8, 9], [1, 2, 3], 4) == [4, 5, 6, 7]
+    assert pad([], [], [1, 2, 3], 4) == [1, 2, 3, 1]
+    assert pad([4, 5, 6], [4, 5, 6], [9], 5) == [4, 5, 6, 9, 9]
+    assert pad([4, 5, 6], [4, 5, 6], [9], 2) == [4, 5]
+
+
+def test_depths_learn_in_hindsight_what_each_depth_would_have_made() -> None:
+    d = Depths(7)
+    for _ in range(200):
+        d.record(3)
+    assert d.expected(0) == pytest.approx(1.0, abs=0.01)
+    assert d.expected(3) == pytest.approx(4.0, abs=0.05)
+    assert d.expected(7) == pytest.approx(4.0, abs=0.05)
+
+
+def test_the_size_changes_only_when_the_gain_pays_for_the_change() -> None:
+    def rate(tokens: dict[int, float]):  # noqa: ANN202
+        return lambda size: (tokens[size], STEADY_S[size])
+
+    # the fastest when nothing is kept yet
+    assert choose(0, [1, 8], rate({1: 1.0, 8: 3.0}), lambda s: 1.0, 96) == 8
+    # 8 rows make 1.05 tokens a pass: slower than 1 row, but the change costs more than the short horizon saves
+    assert choose(8, [1, 8], rate({1: 1.0, 8: 1.05}), lambda s: 0.05, 4) == 8
+    # with a long horizon it pays
+    assert choose(8, [1, 8], rate({1: 1.0, 8: 1.05}), lambda s: 0.5e-3, 96) == 1
+
+
+class _Sized(ToyContext):
+    """A toy context that records the rows of every verifying pass and prices it as the H100-like device would
+    (``now``: the clock the loop reads)."""
+
+    def __init__(self, model: ToyModel) -> None:
+        super().__init__(model)
+        self.sizes: list[int] = []
+        self.now = 0.0
+        self._warmup = Warmup()
+
+    def _priced(self, n: int) -> None:
+        self.sizes.append(n)
+        self.now += STEADY_S[n] + (0.0 if self._warmup.step(n) == STEADY else 0.55e-3)
+
+    def decode(self, tokens, *, all_logits=False):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN201
+        self._priced(len(tokens))
+        return super().decode(tokens, all_logits=all_logits)
+
+    def decode_argmax(self, tokens):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN201
+        self._priced(len(tokens))
+        return super().decode_argmax(tokens)
+
+
+def _shaped(k: int | None) -> DraftPolicy:
+    policy = DraftPolicy(k_max=8, fixed=k, shapes=KEPT)
+    policy.calibrate(STEADY_S)
+    return policy
+
+
+@pytest.mark.parametrize("k", [None, 2, 3, 7])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_padded_passes_change_no_text_and_keep_to_the_kept_sizes(k: int | None, temperature: float) -> None:
+    sampling = SamplingSettings(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=5)
+    seen: set[int] = set()
+    for prompt in PROMPTS:
+        ctx = _Sized(TARGET)
+        gen = Generator(ctx, TARGET, [NgramDrafter()], sampling, _shaped(k), clock=lambda c=ctx: c.now)  # type: ignore[arg-type]
+        got = [t.id for e in gen.generate(prompt, GenerationSettings(max_tokens=60)) if isinstance(e, Step)
+               for t in e.emitted]
+        plain = Generator(ToyContext(TARGET), TARGET, [], sampling)  # type: ignore[arg-type]
+        want = [t.id for e in plain.generate(prompt, GenerationSettings(max_tokens=60)) if isinstance(e, Step)
+                for t in e.emitted]
+        assert got == want, f"k={k} prompt={prompt}"
+        if temperature == 0:
+            assert got == plain_greedy(TARGET, prompt, 60)
+        assert ctx.tokens == (prompt + got)[:-1]
+        # every pass holds a kept size; a fixed k, its own padded up (or 1 row, no draft, through a dry spell)
+        assert set(ctx.sizes) <= set(KEPT.sizes), ctx.sizes
+        if k is not None:
+            assert set(ctx.sizes) <= {1, KEPT.size_for(k + 1)}, ctx.sizes
+        seen |= set(ctx.sizes)
+    assert seen - {1}, "nothing was drafted: the test proves nothing"
+
+
+@pytest.mark.parametrize("parallel", [2, 4, 8])
+def test_a_batch_shares_a_kept_number_of_rows_and_every_text_is_its_own(parallel: int) -> None:
+    lanes = ToyLanes(TARGET, parallel, max_rows=parallel * 17)
+    costs = PassCosts(dict(STEADY_S))
+
+    def make(target: Target, job: Job) -> Generator:
+        return Generator(target, TARGET, [NgramDrafter()], job.sampling,  # type: ignore[arg-type]
+                         DraftPolicy(k_max=8, costs=costs, shapes=KEPT))
+
+    jobs = [Job(p, GenerationSettings(max_tokens=40)) for p in PROMPTS]
+    out: dict[int, list[int]] = {i: [] for i in range(len(jobs))}
+    for job, e in Scheduler(lanes, make, costs).run(jobs):
+        if isinstance(e, Step):
+            out[jobs.index(job)].extend(t.id for t in e.emitted)
+    for i, prompt in enumerate(PROMPTS):
+        assert out[i] == plain_greedy(TARGET, prompt, 40), f"prompt {prompt}"
+    # the rows a pass holds change rarely: runs of one size, not a new size each pass
+    changes = sum(1 for a, b in itertools.pairwise(lanes.rows) if a != b)
+    assert changes < len(lanes.rows) / 3, lanes.rows
+
+
+class _Counting:
+    """A cost table that counts the passes it prices right after a change of size."""
+
+    def __init__(self, table: CostTable) -> None:
+        self.table, self.changes, self.passes = table, 0, 0
+
+    def step(self, n: int, stage: int = STEADY, sequences: int = 1) -> float:
+        self.passes += 1
+        self.changes += stage == AFTER_CHANGE
+        return self.table.step(n, stage, sequences)
+
+    def calibration(self, n_max: int, *, steady: bool = True) -> dict[int, float]:
+        return self.table.calibration(n_max, steady=steady)
+
+    def shapes(self, n_max: int) -> Shapes:
+        return self.table.shapes(n_max)
+
+
+def test_on_a_gpu_table_a_copy_with_short_gaps_keeps_its_pass_size() -> None:
+    """Copies of 8 tokens with one new token between them: drafting k = 7 alternates passes of 8 rows and of 1,
+    each right after a change (no CUDA graph); with pass shapes the gaps are padded and the size stays put."""
+    table = load_cost_table("h100")
+    text = list(range(100, 228))
+    output = [t for i in range(0, 128, 8) for t in [*text[i : i + 8], 500 + i]]
+    before, now = _Counting(table), _Counting(table)
+    replay("ngram", text, output, before, k=7, shapes=False)  # type: ignore[arg-type]
+    replay("ngram", text, output, now, k=7)  # type: ignore[arg-type]
+    assert before.changes > before.passes / 2
+    assert now.changes <= 2
