@@ -8,6 +8,9 @@
 #   3. The batch scheduler: the suite as one batch of auto / 8 / 16 sequences beside one at a time.
 #   4. What a pass over several sequences costs (scripts/lane_pass_costs.py), and the server under load.
 #   5. A cProfile of the suite with n-gram drafts, one at a time and as one batch (where host time per pass goes).
+#   6. Pass shapes: steady passes against passes right after a change of size (one sequence: calibrate --shapes;
+#      lanes: lane_pass_costs.py --after-change), CUDA graphs on and off (GGML_CUDA_DISABLE_GRAPHS=1, the control).
+#   Before/after a change: run the same steps at both commits on one warm machine (scripts/at_commit).
 #
 #     bash scripts/gpu_live.sh [steps: 1 2 3 4 5]
 set -u
@@ -64,6 +67,16 @@ if has 4; then
   else
     step "serve under load: skipped (no starlette/uvicorn/openai on this machine)"
   fi
+fi
+if has 6; then
+  for graphs in on off; do
+    step "pass shapes, CUDA graphs $graphs"
+    ctl=(); [ "$graphs" = off ] && ctl=(env GGML_CUDA_DISABLE_GRAPHS=1)
+    timeout 200 "${ctl[@]}" $py -m localspec calibrate --shapes > "$OUT/shapes-graphs-$graphs.txt" 2>&1
+    echo "rc=$?" | tee -a "$OUT/log.txt"; tail -n 12 "$OUT/shapes-graphs-$graphs.txt"
+    timeout 300 "${ctl[@]}" $py scripts/lane_pass_costs.py --after-change > "$OUT/lane-shapes-graphs-$graphs.txt" 2>&1
+    echo "rc=$?" | tee -a "$OUT/log.txt"; grep lanes "$OUT/lane-shapes-graphs-$graphs.txt"
+  done
 fi
 if has 5; then
   step "profile: the suite with n-gram, one at a time and as one batch (--parallel auto, one round)"

@@ -30,31 +30,33 @@ FIXED_KS = range(1, 16)
 
 
 def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int], bool]]:
-    """prompt id -> (prompt tokens, greedy target-only output, ended on end-of-generation), generated once, cached.
+    """prompt id -> (prompt tokens, greedy target-only output, ended on end-of-generation), generated once per prompt
+    and cached (bench-out/replay-outputs.json, keyed by each prompt's text and budget, so suites share it).
     (No suite here has stop strings: an output shorter than its budget ended on end-of-generation.)"""
     cache = ROOT / "bench-out" / "replay-outputs.json"
-    budget = {p.id: p.max_tokens for p in prompts}
-    key = hashlib.sha256(json.dumps([(p.id, p.prompt, p.max_tokens) for p in prompts]).encode()).hexdigest()[:16]
-    try:
-        data = json.loads(cache.read_text())
-        if data.get("key") == key:
-            return {i: (a, b, len(b) < budget[i]) for i, (a, b) in data["outputs"].items()}
-    except (OSError, ValueError):
-        pass
-    from localspec.events import Step
-    from localspec.runtime import Runtime
-    from localspec.settings import GenerationSettings, Settings, SpeculationSettings
 
-    out: dict[str, tuple[list[int], list[int]]] = {}
-    with Runtime.open(Settings(speculation=SpeculationSettings(drafter="none"))) as rt:
-        for p in prompts:
-            prompt = rt.prompt_tokens(p.prompt)
-            rt.fresh(clear_cache=True)
-            events = rt.generate(prompt, GenerationSettings(max_tokens=p.max_tokens))
-            out[p.id] = (prompt, [t.id for e in events if isinstance(e, Step) for t in e.emitted])
-    cache.parent.mkdir(exist_ok=True)
-    cache.write_text(json.dumps({"key": key, "outputs": out}))
-    return {i: (a, b, len(b) < budget[i]) for i, (a, b) in out.items()}
+    def key(p: BenchPrompt) -> str:
+        return hashlib.sha256(json.dumps([p.prompt, p.max_tokens]).encode()).hexdigest()[:16]
+
+    try:
+        known = json.loads(cache.read_text()).get("by_prompt", {})
+    except (OSError, ValueError, AttributeError):
+        known = {}
+    missing = [p for p in prompts if key(p) not in known]
+    if missing:
+        from localspec.events import Step
+        from localspec.runtime import Runtime
+        from localspec.settings import GenerationSettings, Settings, SpeculationSettings
+
+        with Runtime.open(Settings(speculation=SpeculationSettings(drafter="none"))) as rt:
+            for p in missing:
+                prompt = rt.prompt_tokens(p.prompt)
+                rt.fresh(clear_cache=True)
+                events = rt.generate(prompt, GenerationSettings(max_tokens=p.max_tokens))
+                known[key(p)] = (prompt, [t.id for e in events if isinstance(e, Step) for t in e.emitted])
+        cache.parent.mkdir(exist_ok=True)
+        cache.write_text(json.dumps({"by_prompt": known}))
+    return {p.id: (known[key(p)][0], known[key(p)][1], len(known[key(p)][1]) < p.max_tokens) for p in prompts}
 
 
 def speedup(table: CostTable, prompt: list[int], output: list[int], eog: bool, k: int | None) -> float:
