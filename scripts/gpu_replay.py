@@ -10,6 +10,7 @@ pass its own size, as at be0108d), "now" with the sizes the table's device keeps
 
     .venv/bin/python scripts/gpu_replay.py [--table h100]     # the comparison, medians per category
     .venv/bin/python scripts/gpu_replay.py --fit              # fit host time and capture to the live figures
+    .venv/bin/python scripts/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
 """
 
 from __future__ import annotations
@@ -124,9 +125,11 @@ def compare(table: CostTable, outs: dict, prompts: list) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", default="h100")
+    ap.add_argument("--suite", type=Path, action="append",
+                    help="JSONL suite instead of the built-in one (repeatable; the shared prompts are held out)")
     ap.add_argument("--fit", action="store_true", help="fit host time and capture to the live H100 figures")
     args = ap.parse_args()
-    prompts = load_suite(None).prompts
+    prompts = [p for s in (args.suite or [None]) for p in load_suite(s).prompts]
     outs = outputs(prompts)
     table = load_cost_table(args.table)
     if args.fit:

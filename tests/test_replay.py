@@ -12,7 +12,7 @@ from localspec.bench.runner import split_variant
 from localspec.drafters.base import Draft
 from localspec.errors import UserError
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.shapes import AFTER_CHANGE
+from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE
 
 # a copied passage, then the same passage again: prompt lookup can draft the second copy
 PASSAGE = list(range(100, 160))
@@ -24,7 +24,9 @@ def test_shipped_tables_load_by_name_and_cover_three_devices() -> None:
     h100 = load_cost_table("h100")
     assert h100.device.startswith("NVIDIA H100") and h100.bare(1) == pytest.approx(0.0011)
     assert h100.step(1) > h100.bare(1)  # fitted to live runs: a live step costs more than the bare pass
-    assert h100.step(8) - h100.bare(8) > h100.step(1) - h100.bare(1)  # and a step that verifies a draft more
+    # a pass right after a change of size runs without a CUDA graph; the one after it captures one
+    assert h100.step(8, CAPTURE) > h100.step(8, AFTER_CHANGE) > h100.step(8)
+    assert load_cost_table("spr-2t").step(8, AFTER_CHANGE) == load_cost_table("spr-2t").step(8)  # a CPU: no graphs
     spr = load_cost_table("spr-2t")
     assert spr.bare(6) == pytest.approx((0.031 + 0.049) / 2)  # between measured sizes: interpolated
     assert spr.bare(17) == pytest.approx(0.073 + (0.073 - 0.060) / 4)  # past the last: its slope
@@ -150,7 +152,7 @@ def test_with_one_candidate_a_step_allowed_trees_is_exactly_the_chain() -> None:
     exactly as one chain, pass for pass (a chain without pass shapes: trees are never padded)."""
     table = load_cost_table("h100")
     chain = replay("ngram", PROMPT, OUTPUT, table, branches=1, shapes=False)
-    tree = replay("ngram", PROMPT, OUTPUT, table, branches=4)
+    tree = replay("ngram", PROMPT, OUTPUT, table, branches=4, shapes=False)
     assert tree.tree_passes == 0
     assert (tree.target_passes, tree.drafted, tree.accepted) == (chain.target_passes, chain.drafted, chain.accepted)
     assert tree.decode_seconds == chain.decode_seconds

@@ -215,7 +215,10 @@ def load_or_measure(
     remote = ctx.model.remote
     layers = offloaded_layers(gpu_layers, ctx.model.n_layer, remote=bool(remote))
     device = device_name(layers, remote)
-    path = cache_path(model_hash, device, threads, layers, n_max, ctx.backend_sampling)
+    # where CUDA graphs run, each size is timed steady (on its third pass in a row), as the loop keeps it there
+    steady = graphs_in_use(gpu_layers, ctx.model.n_layer, remote)
+    how = ("argmax" if ctx.backend_sampling else "logits") + ("-steady" if steady else "")
+    path = cache_path(model_hash, device, threads, layers, n_max, what=how)
     cached = None if again else Calibration.read(path)
     if cached is not None and len(cached.seconds) != n_max:
         cached = None
@@ -225,7 +228,8 @@ def load_or_measure(
         say(f"the last measurement of this machine's pass costs was disturbed ({cached.provisional}): measuring "
             "again")
     what = "measuring this machine's pass costs" + ("" if again or cached is not None else ", once")
-    calibration = measure(ctx, n_max, device=device, say=say, what=what, progress=progress, cancelled=cancelled)
+    calibration = measure(ctx, n_max, device=device, say=say, what=what, progress=progress, cancelled=cancelled,
+                          steady=steady)
     calibration.path = path
     if calibration.provisional:
         calibration.attempts = (cached.attempts + 1) if cached is not None else 1
@@ -239,19 +243,23 @@ def load_or_measure(
 def measure(
     ctx: Context, n_max: int, *, rounds: int = ROUNDS, device: str = "", say: Callable[[str], None] | None = None,
     what: str = "measuring this machine's pass costs", progress: Progress | None = None,
-    cancelled: Callable[[], bool] | None = None,
+    cancelled: Callable[[], bool] | None = None, steady: bool = False,
 ) -> Calibration:
     """Time the pass the loop will make for every size 1..n_max: ``rounds`` interleaved rounds after a warm-up,
     the one-token pass before and after; the cache is left as it was found, also when ``cancelled``. ``say`` is
-    told ``what`` runs, and for about how long, once the first passes give the estimate."""
-    total = 1 + (rounds + 1) * n_max + 2 * _SINGLES
+    told ``what`` runs, and for about how long, once the first passes give the estimate. ``steady``: each size is
+    timed on its third pass in a row (a GPU replays a CUDA graph only then; interleaved, every figure would be a
+    pass without one, ~2x a steady pass of 1 row on an H100)."""
+    repeats = 3 if steady else 1
+    total = 1 + (rounds + 1) * n_max * repeats + 2 * _SINGLES
     done = 0
 
     def timed(n: int) -> float:
         nonlocal done
         # the pass the loop will make: token ids where llama.cpp samples in the graph, else logits
-        seconds = timed_pass(ctx, tokens[:n], ctx.backend_sampling, cancelled)
-        done += 1
+        for _ in range(repeats):
+            seconds = timed_pass(ctx, tokens[:n], ctx.backend_sampling, cancelled)
+            done += 1
         if progress is not None:
             progress(done, total)
         return seconds
@@ -277,7 +285,7 @@ def measure(
         others = load.cores()
     seconds = {n: low_quantile(s) for n, s in samples.items()}
     when = _now()
-    how = f"calibration, 25th percentile of {rounds} interleaved rounds, {when}"
+    how = f"calibration, 25th percentile of {rounds} interleaved rounds{', each size steady' if steady else ''}, {when}"
     return Calibration(seconds, dict.fromkeys(seconds, how), device,
                        _disturbed(others, first, last, samples))
 
