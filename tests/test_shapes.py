@@ -110,8 +110,9 @@ def test_padded_passes_change_no_text_and_keep_to_the_kept_sizes(k: int | None, 
     for prompt in PROMPTS:
         ctx = _Sized(TARGET)
         gen = Generator(ctx, TARGET, [NgramDrafter()], sampling, _shaped(k), clock=lambda c=ctx: c.now)  # type: ignore[arg-type]
-        got = [t.id for e in gen.generate(prompt, GenerationSettings(max_tokens=60)) if isinstance(e, Step)
-               for t in e.emitted]
+        steps = [e for e in gen.generate(prompt, GenerationSettings(max_tokens=60)) if isinstance(e, Step)]
+        got = [t.id for e in steps for t in e.emitted]
+        left = list(itertools.accumulate([60] + [-len(e.emitted) for e in steps]))  # tokens left before each pass
         plain = Generator(ToyContext(TARGET), TARGET, [], sampling)  # type: ignore[arg-type]
         want = [t.id for e in plain.generate(prompt, GenerationSettings(max_tokens=60)) if isinstance(e, Step)
                 for t in e.emitted]
@@ -119,10 +120,10 @@ def test_padded_passes_change_no_text_and_keep_to_the_kept_sizes(k: int | None, 
         if temperature == 0:
             assert got == plain_greedy(TARGET, prompt, 60)
         assert ctx.tokens == (prompt + got)[:-1]
-        # every pass holds a kept size; a fixed k, its own padded up (or 1 row, no draft, through a dry spell)
-        assert set(ctx.sizes) <= set(KEPT.sizes), ctx.sizes
-        if k is not None:
-            assert set(ctx.sizes) <= {1, KEPT.size_for(k + 1)}, ctx.sizes
+        # every pass holds a kept size (a fixed k: its own padded up, or 1 row through a dry spell), but for the last
+        # ones, which pad no further than the tokens the generation has left
+        kept = {1, KEPT.size_for(k + 1)} if k is not None else set(KEPT.sizes)
+        assert all(n in kept or n == left[i] for i, n in enumerate(ctx.sizes)), (ctx.sizes, left)
         seen |= set(ctx.sizes)
     assert seen - {1}, "nothing was drafted: the test proves nothing"
 
@@ -146,25 +147,39 @@ class _PricedLanes(ToyLanes):
         return super().decode(parts)
 
 
+def _alone(prompt: list[int], settings: GenerationSettings, sampling: SamplingSettings) -> list[int]:
+    gen = Generator(ToyContext(TARGET), TARGET, [], sampling)  # type: ignore[arg-type]
+    return [t.id for e in gen.generate(prompt, settings) if isinstance(e, Step) for t in e.emitted]
+
+
 @pytest.mark.parametrize("parallel", [2, 4, 8])
-def test_a_batch_pads_its_passes_to_fewer_sizes_and_every_text_is_its_own(parallel: int) -> None:
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_a_batch_pads_its_passes_to_fewer_sizes_and_every_text_is_its_own(parallel: int, temperature: float) -> None:
+    """Greedy and seeded sampling, mixed budgets (some of 1 and 2 tokens), a sequence without drafts among them."""
     changes = {}
+    samplings = [SamplingSettings(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=i) for i in range(8)]
+    budgets = [40, 1, 40, 2, 40, 17, 40, 40]
     for shapes in (KEPT, None):
         lanes = _PricedLanes(TARGET, parallel, max_rows=parallel * 17)
         costs = PassCosts(dict(STEADY_S))
 
         def make(target: Target, job: Job, shapes: Shapes | None = shapes, lanes: _PricedLanes = lanes,
                  costs: PassCosts = costs) -> Generator:
-            return Generator(target, TARGET, [NgramDrafter()], job.sampling,  # type: ignore[arg-type]
+            drafters = [] if job.key == 2 else [NgramDrafter()]
+            return Generator(target, TARGET, drafters, job.sampling,  # type: ignore[arg-type]
                              DraftPolicy(k_max=8, costs=costs, shapes=shapes), clock=lanes.clock)
 
-        jobs = [Job(p, GenerationSettings(max_tokens=40)) for p in PROMPTS]
+        jobs = [Job(p, GenerationSettings(max_tokens=b), s, key=i)
+                for i, (p, b, s) in enumerate(zip(PROMPTS, budgets, samplings, strict=True))]
         out: dict[int, list[int]] = {i: [] for i in range(len(jobs))}
-        for job, e in Scheduler(lanes, make, costs, clock=lanes.clock).run(jobs):
+        drafted_by_plain = 0
+        for job, e in Scheduler(lanes, make, costs, clock=lanes.clock, shapes=shapes).run(jobs):
             if isinstance(e, Step):
                 out[jobs.index(job)].extend(t.id for t in e.emitted)
-        for i, prompt in enumerate(PROMPTS):
-            assert out[i] == plain_greedy(TARGET, prompt, 40), f"prompt {prompt}"
+                drafted_by_plain += len(e.accepted) + len(e.rejected) if job.key == 2 else 0
+        for i, job in enumerate(jobs):
+            assert out[i] == _alone(job.prompt, job.settings, job.sampling), f"prompt {job.prompt}"
+        assert drafted_by_plain == 0  # a sequence without drafters is never padded
         changes[shapes is not None] = sum(1 for a, b in itertools.pairwise(lanes.rows) if a != b)
     # padded up to the last pass's rows where that costs less than a change: fewer passes after a change of size
     assert changes[True] < changes[False], changes

@@ -47,7 +47,7 @@ def run_requests(
             except UserError as e:
                 failed.append(Result(request.id, finish_reason="error", error=str(e), index=index))
 
-    scheduler = Scheduler(rt.lanes, rt.make_generator, rt.costs, parallel=rt.parallel, stats=stats)
+    scheduler = Scheduler(rt.lanes, rt.make_generator, rt.costs, parallel=rt.parallel, stats=stats, shapes=rt.shapes)
     for job, event in scheduler.run(jobs(), cancelled):
         while failed:
             yield failed.popleft()

@@ -206,7 +206,7 @@ def replay_batch(
     if drafters is None:
         raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
     clock = _Clock()
-    costs = PassCosts(table.calibration(parallel * (k_max + 1), steady=shapes))
+    costs = PassCosts(table.calibration(k_max + 1, steady=shapes))  # as BatchRuntime calibrates
     lanes = _KnownLanes(table, clock, known, parallel, parallel * (k_max + 1))
     kept = table.shapes(parallel * (k_max + 1)) if shapes else None
 
@@ -215,7 +215,7 @@ def replay_batch(
         return Generator(target, _NoText(), lookup_drafters(drafter) or [], sampling,
                          DraftPolicy(k_max=k_max, fixed=k, costs=costs, shapes=kept), clock)
 
-    scheduler = Scheduler(lanes, make, costs, parallel=parallel, clock=clock)
+    scheduler = Scheduler(lanes, make, costs, parallel=parallel, clock=clock, shapes=kept)
     jobs = [Job(list(g.prompt), GenerationSettings(max_tokens=len(g.output) + (1 if g.eog else 0)), key=i)
             for i, g in enumerate(known)]
     stats = [e.stats for _, e in scheduler.run(jobs) if isinstance(e, Finished)]

@@ -81,20 +81,21 @@ def _print_shapes(rt: Runtime, model_hash: str, threads: int, gpu_layers: int, n
                   cancelled: Callable[[], bool]) -> None:
     """Steady passes against passes after a change of size, and the sizes localspec keeps on this device."""
     from localspec.engine.backend import graphs_in_use
-    from localspec.speculative.shape_timing import SIZES, load_or_measure_shapes, measure_shapes
+    from localspec.speculative.shape_timing import load_or_measure_timing, measure_shapes
 
     graphs = graphs_in_use(gpu_layers, rt.model.n_layer, rt.model.remote)
-    # without graphs the figures only show that a change costs nothing: a few sizes, one round, are enough
-    sizes = [n for n in SIZES if n <= (n_max if graphs else 4)] or [1]
-    timing = measure_shapes(rt.context, sizes, rounds=3 if graphs else 1, cancelled=cancelled)
+    # where graphs run, timed again and cached (what the runs use); elsewhere the figures only show that a change
+    # costs nothing: a few sizes, one round, are enough
+    timing = load_or_measure_timing(rt.context, model_hash, threads, gpu_layers, again=True, cancelled=cancelled)
+    if timing is None:
+        timing = measure_shapes(rt.context, (1, 2, 4), rounds=1, cancelled=cancelled)
     print("passes by where they stand in a CUDA graph's warm-up:")
     print(f"  {'tokens':>6}  {'steady ms':>9}  {'after a change':>14}  {'capture':>8}")
     for n, steady in sorted(timing.seconds["steady"].items()):
         after, capture = timing.seconds["after change"][n], timing.seconds["capture"][n]
         print(f"  {n:>6}  {steady * 1000:>9.2f}  {after * 1000:>11.2f} ms  {capture * 1000:>5.2f} ms")
-    kept = load_or_measure_shapes(rt.context, model_hash, threads, gpu_layers, n_max, again=True,
-                                  cancelled=cancelled)
-    if kept.active:
+    kept = timing.shapes(n_max) if graphs else None
+    if kept is not None and kept.active:
         print(f"localspec: CUDA graphs: passes keep to {', '.join(map(str, kept.sizes))} rows, drafts padded up",
               file=sys.stderr)
     else:

@@ -25,6 +25,9 @@ class Draft:
     # further candidate continuations, best first (a lookup's other matches; one-hot, never with dists): the loop
     # verifies them together with ``tokens`` as a token tree, in the same pass
     others: tuple[list[int], ...] = ()
+    # trailing tokens that are no proposal at all, only padding up to a GPU's kept pass size: verified like the rest
+    # (so the text is unchanged) but not counted as drafted where the target rejects them
+    filler: int = 0
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -129,7 +129,7 @@ class Service:
         """The worker thread's loop: one scheduler run for the server's life; restarted after an error."""
         while not self.worker.stop_requested.is_set():
             scheduler = Scheduler(self.rt.lanes, self.rt.make_generator, self.rt.costs, parallel=self.rt.parallel,
-                                  stats=self.passes)
+                                  stats=self.passes, shapes=self.rt.shapes)
             try:
                 for job, event in scheduler.run(self.queue.jobs(), self.worker.stop_requested.is_set,
                                                 idle=self.queue.wait):

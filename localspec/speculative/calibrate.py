@@ -251,7 +251,7 @@ def measure(
     timed on its third pass in a row (a GPU replays a CUDA graph only then; interleaved, every figure would be a
     pass without one, ~2x a steady pass of 1 row on an H100)."""
     repeats = 3 if steady else 1
-    total = 1 + (rounds + 1) * n_max * repeats + 2 * _SINGLES
+    total = (1 + (rounds + 1) * n_max + 2 * _SINGLES) * repeats
     done = 0
 
     def timed(n: int) -> float:
@@ -270,7 +270,7 @@ def measure(
         first = [timed(1) for _ in range(_SINGLES)]
         if say is not None:
             # a pass of n tokens costs between one and n single passes; a third of the way is typical on CPU
-            guess = low_quantile(first) * (rounds + 1) * sum(1 + (n - 1) / 3 for n in range(1, n_max + 1))
+            guess = low_quantile(first) * (rounds + 1) * repeats * sum(1 + (n - 1) / 3 for n in range(1, n_max + 1))
             say(f"{what}: ~{max(1, round(guess))} s")
         samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
         for rep in range(rounds + 1):

@@ -121,12 +121,15 @@ class Generator:
         """Propose: ask the drafters, and lay the draft out as the rows one pass verifies."""
         draft = self._propose(history, room)
         if self.drafters:  # a device with pass shapes verifies a draft padded up to the size it keeps
-            draft = self.policy.pad(draft, history, self.target.n_ctx - len(history))
+            draft = self.policy.pad(draft, history, room)
         return self._laid_out(draft, history)
 
-    def widen(self, plan: Plan, history: list[int], depth: int) -> Plan:
-        """``plan`` with its draft padded to ``depth`` tokens: a batch keeps its pass's size (scheduler.py)."""
-        draft = self.policy.pad(plan.draft, history, self.target.n_ctx - len(history), depth)
+    def widen(self, plan: Plan, history: list[int], depth: int, room: int) -> Plan:
+        """``plan`` with its draft padded to ``depth`` tokens, at most ``room``: a batch keeps its pass's size
+        (scheduler.py). A sequence without drafters is never padded: it verifies nothing."""
+        if not self.drafters:
+            return plan
+        draft = self.policy.pad(plan.draft, history, room, depth)
         return plan if draft is plan.draft else self._laid_out(draft, history)
 
     @staticmethod
@@ -301,6 +304,8 @@ class Generator:
                 ended = "length"
                 break
         tail, others = result.tree.rejected(result.verdict.nodes)
+        real = len(result.draft) - result.draft.filler  # rejected filler was never a proposal: not "drafted"
+        tail = [node for node in tail if node < real]
         target = out[-1] if out and out[-1].source == "target" else None
         accepted = tuple(out[:-1] if target is not None else out)
         step = Step(

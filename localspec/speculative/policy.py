@@ -43,6 +43,7 @@ _PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior (the pre
 # the lowest prompt's trees ÷ chain is what these guard)
 _TREE_MARGIN = 1.1
 _TREE_EVIDENCE = 4.0
+_FIXED_EVIDENCE = 8  # steps a pinned k drafts at its size before a dry spell may take it down to 1 row
 
 
 @dataclass(slots=True)
@@ -143,7 +144,6 @@ class DraftPolicy:
         # padded up to it, and the size changes only when that pays for the change (speculative/shapes.py)
         self.shapes = shapes if shapes is not None and shapes.active and branches == 1 else Shapes()
         self.size = 0  # the kept size of this sequence's passes (0: none chosen yet)
-        self.warmup = Warmup()
         # in a batch the scheduler keeps the pass's size (its rows summed over the sequences) and pads it: each
         # sequence drafts as it would without shapes, and ``pad`` is told how far to go
         self.in_batch = False
@@ -167,7 +167,9 @@ class DraftPolicy:
         self.restart()
 
     def restart(self) -> None:
-        """A new generation: proposals still waiting for their outcome belong to the old text."""
+        """A new generation: proposals still waiting for their outcome belong to the old text, and its prefill
+        changed the pass shape (a GPU's graph warms up again)."""
+        self.warmup = Warmup()
         self._watched: list[_Watched] = []
         self._trimmed: Draft | None = None  # the last draft `trim` cut from a watched proposal
         self._room = self.k_max  # what the generation has left, as the last ``cap`` was told
@@ -177,9 +179,9 @@ class DraftPolicy:
     def cap(self, drafter: Drafter, room: int) -> int:
         """How many tokens ``drafter`` may propose this step (``room``: what the generation has left). A lookup
         proposes all it can and is trimmed afterwards; a model drafter pays per token, so its length is chosen now."""
+        self._room = room
         if room <= 0:
             return 0
-        self._room = room
         if drafter.lookup:
             return min(room, self.k_max)
         return self.best_k(drafter.name, drafter.name, room)
@@ -207,22 +209,26 @@ class DraftPolicy:
         return self._trimmed
 
     def pad(self, draft: Draft, history: Sequence[int], room: int, depth: int | None = None) -> Draft:
-        """On a device with pass shapes, a chain of one-hot tokens (a lookup's draft, or none) filled up to the kept
-        size, or to ``depth`` (a batch's scheduler says), at most ``room`` tokens: the rest of the lookup's proposal,
-        then filler. Elsewhere, and in a batch until the scheduler says how far, ``draft`` as is."""
-        if not self.shapes.active or draft.dists is not None or draft.others or (self.in_batch and depth is None):
+        """On a device with pass shapes, a lookup's chain (or no draft) filled up to the kept size, or to ``depth``
+        (a batch's scheduler says), at most ``room`` tokens: the rest of the lookup's proposal, then filler.
+        Elsewhere, a model's draft (it is learned as drafted), and in a batch until the scheduler says how far:
+        ``draft`` as is. One sequence's step is counted here too, with or without a proposal (Depths' clock)."""
+        if not self.shapes.active or (self.in_batch and depth is None):
             return draft
-        proposal, self._proposal = self._proposal, []
+        lookup = not draft.tokens or draft is self._trimmed
+        made = self._proposal  # this step's lookup proposal (``trim`` counted the step)
+        proposal = made if lookup else []
         if depth is None:
-            if not proposal:
-                self.depths.record()  # a step with no proposal: every depth would have made 1 token
+            if not made:
+                self.depths.record()  # a step with no lookup proposal: every depth would have made 1 token
             depth = self._step_depth if self._step_depth is not None else self._depth()
-            self._step_depth = None
+        self._proposal, self._step_depth = [], None
         depth = min(depth, room)
-        if len(draft) >= depth:
+        if not lookup or draft.dists is not None or draft.others or len(draft) >= depth:
             return draft
-        padded = Draft(pad(draft.tokens, proposal, history, depth), None, draft.drafter or "pad",
-                       draft.kind or "pad")
+        tokens = pad(draft.tokens, proposal, history, depth)
+        filler = depth - max(len(draft), min(len(proposal), depth))
+        padded = Draft(tokens, None, draft.drafter, draft.kind or "pad", filler=filler)
         self._trimmed = padded  # learned in hindsight (its proposal), or filler: never as a draft of its own
         return padded
 
@@ -231,7 +237,9 @@ class DraftPolicy:
         shapes = self.shapes
         if self.fixed is not None:  # the pinned length, padded up to a kept size; or no draft through a dry spell
             sizes = [1, shapes.size_for(min(self.fixed, self.k_max) + 1)]
-            self.size = self.size or sizes[1]  # drafting from the first step, as asked
+            if self.depths.steps < _FIXED_EVIDENCE:  # as asked, until there is evidence of a dry spell
+                self.size = sizes[1]
+                return self.size - 1
         else:
             sizes = [s for s in shapes.sizes if s <= self.k_max + 1]
         self.size = choose(self.size, sizes, lambda s: (self.depths.expected(s - 1), self._rate_seconds(s)),
@@ -355,6 +363,7 @@ class DraftPolicy:
         if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice
             self._survival_of(draft.kind).update(accepted, drafted)
         self._trimmed = None
+        self._proposal, self._step_depth = [], None  # the step is over: nothing of it pads the next one
         self._watched = [w for w in self._watched if not w.advance(emitted)]
         # a lookup costs about the same whatever its length (tens of µs): only a model drafter pays per token
         if drafted and drafter in self._drafter_calibration:

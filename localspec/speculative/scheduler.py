@@ -89,6 +89,7 @@ class _Flight:
     plan: Plan | None = None
     reused: int = 0  # prompt tokens found in the cache (the lane's own, or copied from another lane), not computed
     draft_seconds: float = 0.0
+    room: int = 0  # draft tokens its last plan could have held
     last: tuple[int, float] = (1, 1.0)  # rows of its last plan, and the tokens they were expected to emit
 
     @property
@@ -120,6 +121,7 @@ class Scheduler:
         prefill_chunk: int = PREFILL_CHUNK,
         clock: Callable[[], float] = time.perf_counter,
         stats: PassStats | None = None,
+        shapes: Shapes | None = None,
     ) -> None:
         self.lanes = lanes
         self.make_generator = make_generator
@@ -128,8 +130,9 @@ class Scheduler:
         self.prefill_chunk = prefill_chunk
         self.clock = clock
         self.stats = stats if stats is not None else PassStats()
-        # on a device with pass shapes (a GPU's CUDA graphs; the sequences' policies know them) every pass is padded
-        # up to a kept number of rows
+        # the pass sizes this device keeps (a GPU's CUDA graphs): every pass is padded up to the last pass's rows or
+        # a kept size where that costs less than the change it saves (``_fill``)
+        self.shapes = shapes if shapes is not None else Shapes()
         self.warmup = Warmup()
         self._size = 0  # the rows of the last pass, padding included
 
@@ -225,7 +228,7 @@ class Scheduler:
         rows_after = sum(f.last[0] for f in decoding)
         tokens_after = sum(f.last[1] for f in decoding)
         rows_before, tokens_before = 0, 0.0
-        shapes = decoding[0].generator.policy.shapes if decoding else Shapes()
+        shapes = self.shapes
         for f in decoding:
             rows_after -= f.last[0]
             tokens_after -= f.last[1]
@@ -238,6 +241,7 @@ class Scheduler:
             policy.others = (others, tokens_before + tokens_after)
             policy.in_batch = True
             t0 = self.clock()
+            f.room = room
             f.plan = plan = f.generator.plan(f.run.history, room)
             f.draft_seconds = self.clock() - t0
             f.last = (len(plan.rows), policy.expected if len(plan.rows) > 1 else 1.0)
@@ -284,23 +288,28 @@ class Scheduler:
             return self.costs(size) + (0.0 if size == last else shapes.change_cost(size))
 
         size = min((s for s in sizes if s <= self.lanes.max_rows), key=lambda s: (price(s), s), default=rows)
-        self._size = size
+        self._size = rows
         if size <= rows:
             return rows
         extra = size - rows
-        depth = {id(f): len(f.plan.rows) - 1 for f in planned if f.plan is not None and f.plan.parents is None}
+        depth = {id(f): len(f.plan.rows) - 1 for f in planned
+                 if f.plan is not None and f.plan.parents is None and f.generator.drafters and f.room > 0}
         for f in sorted(planned, key=lambda f: -f.generator.policy.spare()):
             if id(f) in depth:
-                take = min(extra, f.generator.policy.spare())
+                take = min(extra, f.generator.policy.spare(), f.room - depth[id(f)])
                 depth[id(f)] += take
                 extra -= take
         padable = [f for f in planned if id(f) in depth]
-        for i in range(extra if padable else 0):
-            depth[id(padable[i % len(padable)])] += 1
-        for f in padable:
-            assert f.plan is not None
-            f.plan = f.generator.widen(f.plan, f.run.history, depth[id(f)])
-        return sum(len(f.plan.rows) for f in planned if f.plan is not None)
+        while extra > 0 and padable:  # filler, spread evenly over the sequences with room for it
+            padable = [f for f in padable if depth[id(f)] < f.room]
+            for f in padable[:extra]:
+                depth[id(f)] += 1
+                extra -= 1
+        for f in planned:
+            if id(f) in depth and f.plan is not None:
+                f.plan = f.generator.widen(f.plan, f.run.history, depth[id(f)], f.room)
+        self._size = sum(len(f.plan.rows) for f in planned if f.plan is not None)
+        return self._size
 
     def _prefill_parts(
         self, live: list[_Flight], rows: int, decoding: bool

@@ -47,6 +47,7 @@ def measure_shapes(
 ) -> ShapeTiming:
     """Each size right after a pass of another size, then twice more (the capture, then a steady pass), over
     ``rounds`` rounds; a low quantile of each. The cache is left as it was found."""
+    sizes = [n for n in sizes if n <= ctx.max_rows] or [1]
     samples: dict[str, dict[int, list[float]]] = {stage: {n: [] for n in sizes} for stage in STAGES}
     n_max = max(sizes)
     with timing_history(ctx, n_max + 1) as tokens:
@@ -67,9 +68,18 @@ def load_or_measure_shapes(
 ) -> Shapes:
     """The pass sizes this device keeps (none without CUDA graphs: a CPU, an RPC setup, graphs disabled), from a
     timing cached per model and device, or taken now (a second or so on a GPU)."""
+    timing = load_or_measure_timing(ctx, model_hash, threads, gpu_layers, again=again, say=say, cancelled=cancelled)
+    return timing.shapes(n_max) if timing is not None else Shapes()
+
+
+def load_or_measure_timing(
+    ctx: Context, model_hash: str, threads: int, gpu_layers: int, *, again: bool = False,
+    say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
+) -> ShapeTiming | None:
+    """``load_or_measure_shapes``'s timing: None where no CUDA graphs run (nothing is timed there)."""
     model = ctx.model
     if not graphs_in_use(gpu_layers, model.n_layer, model.remote) or not model.can_rollback:
-        return Shapes()
+        return None
     layers = offloaded_layers(gpu_layers, model.n_layer)
     path = cache_path(model_hash, device_name(layers), threads, layers, len(SIZES), what="shapes")
     timing = None if again else _read(path)
@@ -78,7 +88,7 @@ def load_or_measure_shapes(
         timing = measure_shapes(ctx, cancelled=cancelled)
         with contextlib.suppress(OSError):
             atomic_write_text(path, timing.to_json())
-    return timing.shapes(n_max)
+    return timing
 
 
 def _read(path: os.PathLike[str]) -> ShapeTiming | None:

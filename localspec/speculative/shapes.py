@@ -1,7 +1,8 @@
 """Pass shapes: which pass sizes a device keeps cheap, what changing size costs, and which size to keep.
 
 On a GPU, llama.cpp replays a CUDA graph only while the pass keeps its shape (ggml-cuda.cu,
-``ggml_backend_cuda_graph_compute``; one graph slot per context, keyed by the graph's first node): a pass of another
+``ggml_backend_cuda_graph_compute``; its graphs are kept in a map keyed by the graph's first node, whose address is
+the same for every pass of a context, so all sizes share one entry): a pass of another
 size runs without a graph and resets the warm-up, the next pass of that size captures one, and only the pass after
 that replays it. Measured on an H100: 1 row 1.10 ms steady, 1.65 ms without a graph. So a loop whose draft length
 changes every pass never gets a graph, and what a size costs depends on the sizes before it.
@@ -157,8 +158,8 @@ def choose(
     # a change must pay for the way back too: the estimates are noisy, and a size left on a dip is often wanted
     # again a few passes later (two changes, four passes without a graph)
     back = change_cost(current)
-    for size, seconds in per_token.items():
-        saving = (per_token[current] - seconds) * horizon - change_cost(size) - back
+    for size, there in per_token.items():
+        saving = (per_token[current] - there) * horizon - change_cost(size) - back
         if size != current and saving > best_saving:
             best, best_saving = size, saving
     return best
