@@ -151,7 +151,9 @@ async def warm(apis: list[AsyncOpenAI], model: str) -> None:
                                                    stream_options={"include_usage": True})
     async for _ in stream:
         pass
-    await asyncio.gather(*(api.models.list() for api in apis))
+    # best effort: llama-server refused some of 32 connections opened at once here (its HTTP threads); a client that
+    # got none opens its own in the run, as any client would
+    await asyncio.gather(*(api.models.list() for api in apis), return_exceptions=True)
 
 
 def _agree(a: str, b: str) -> bool:
@@ -275,7 +277,10 @@ def run_server(server: str, clients: int, args: argparse.Namespace) -> Report:
                 return Report(server, clients, clients * args.requests, note=f"did not start ({e}): "
                               + " | ".join(tail))
             model = "default" if server == "localspec" else model_path()
-            return asyncio.run(load(base, "x", clients, args.requests, args.max_tokens, model, server))
+            try:
+                return asyncio.run(load(base, "x", clients, args.requests, args.max_tokens, model, server))
+            except Exception as e:  # the warm-up failed: say so in the table, and go on with the other servers
+                return Report(server, clients, clients * args.requests, note=f"failed: {type(e).__name__}: {e}")
         finally:
             proc.terminate()
             try:
