@@ -4,6 +4,7 @@ Stdlib only, no side effects on import: ``scripts/setup`` runs it, ``tests/test_
 
     python scripts/llama_build.py cmake-args        print the CMAKE_ARGS to build with (a note on stderr)
     python scripts/llama_build.py describe          one line: what kind of build that is, and why
+    python scripts/llama_build.py pip-cmake-args    the CMAKE_ARGS pip's build gets: those, kept to the library
     python scripts/llama_build.py tools rpc,anchors the CMake targets of the extra binaries those setup flags ask for
     python scripts/llama_build.py tool-cmake-args   the -D flags that add llama.cpp's tools to llama-cpp-python's tree
     python scripts/llama_build.py tree-ok DIR SRC ARGS  exit 0 if DIR is a build tree of SRC made with ARGS
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import shutil
 import signal
 import subprocess
@@ -96,6 +98,26 @@ def choose_cmake_args(info: PlatformInfo) -> str:
         user = info.user_cmake_args.strip()
         return user if "GGML_RPC" in user else f"{user} {RPC}"
     return " ".join([*_platform_args(info), NO_MTMD, RPC])
+
+
+# CMake includes it right after llama.cpp's project(): it switches llama.cpp's common library off for the library build
+NO_COMMON = Path(__file__).resolve().with_name("llama_no_common.cmake")
+
+
+def pip_cmake_args(info: PlatformInfo, no_common: Path = NO_COMMON) -> str:
+    """The CMAKE_ARGS pip's build of llama-cpp-python gets: ``choose_cmake_args`` (what setup records and compares),
+    plus what keeps that build to the library in a tree the tools step may have changed:
+    - llama.cpp's tools off (pip builds "all", and the tools' install rules need every tool built);
+    - LLAVA_BUILD back to the flags' value (the tools step turns llama-cpp-python's own mtmd off);
+    - with the flags chosen here, llama.cpp's common library off (``no_common``): llama-cpp-python forces it on, ships
+      none of it, and it was half of the first build (common 670 and cpp-httplib 83 of 1568 compile-seconds on
+      2 cores). With the user's own flags it stays, as llama-cpp-python builds it."""
+    args = [choose_cmake_args(info), "-DLLAMA_BUILD_TOOLS=OFF"]
+    if "LLAVA_BUILD" not in args[0]:
+        args.append("-DLLAVA_BUILD=ON")
+    if info.user_cmake_args is None or not info.user_cmake_args.strip():
+        args.append(shlex.quote(f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={no_common}"))
+    return " ".join(args)
 
 
 def tool_targets(flags: str) -> list[str]:
@@ -397,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("cmake-args", help="print the CMAKE_ARGS to build llama-cpp-python with on this machine")
     sub.add_parser("describe", help="print what kind of build that is, and why")
+    sub.add_parser("pip-cmake-args", help="print the CMAKE_ARGS pip's build gets (cmake-args, kept to the library)")
     p_tools = sub.add_parser("tools", help="print the CMake targets that setup's tool flags ask for")
     p_tools.add_argument("flags", help="comma-separated: " + ", ".join(TOOLS))
     sub.add_parser("tool-cmake-args", help="print the -D flags that add llama.cpp's tools to the build tree")
@@ -420,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
             if info.user_cmake_args is not None and info.user_cmake_args.strip():
                 print("llama_build: CMAKE_ARGS is set in the environment; using it as given", file=sys.stderr)
             print(choose_cmake_args(info))
+        return 0
+    if args.command == "pip-cmake-args":
+        print(pip_cmake_args(detect()))
         return 0
     if args.command == "tools":
         try:

@@ -174,6 +174,20 @@ def test_the_test_suites_rpc_server_needs_no_other_library_build():
         lb.tool_targets("rpc,bogus")
 
 
+def test_pips_build_is_kept_to_the_library():
+    """What pip builds: the recorded flags, plus tools off, and llama.cpp's common library off (half the first build,
+    shipped nowhere) where setup chose the flags; a user's own flags keep llama-cpp-python's usual build."""
+    ours = shlex.split(lb.pip_cmake_args(LINUX_X86))
+    assert " ".join(ours).startswith(" ".join(shlex.split(lb.choose_cmake_args(LINUX_X86))))
+    flags = _cmake_flags(lb.pip_cmake_args(LINUX_X86))
+    assert flags["LLAMA_BUILD_TOOLS"] == "OFF" and flags["LLAVA_BUILD"] == "OFF"
+    assert Path(flags["CMAKE_PROJECT_llama.cpp_INCLUDE"]) == lb.NO_COMMON and lb.NO_COMMON.is_file()
+    theirs = _cmake_flags(lb.pip_cmake_args(replace(LINUX_X86, user_cmake_args="-DGGML_VULKAN=on")))
+    assert theirs == {"GGML_VULKAN": "on", "GGML_RPC": "on", "LLAMA_BUILD_TOOLS": "OFF", "LLAVA_BUILD": "ON"}
+    spaced = lb.pip_cmake_args(LINUX_X86, no_common=Path("/a b/no common.cmake"))
+    assert _cmake_flags(spaced)["CMAKE_PROJECT_llama.cpp_INCLUDE"] == "/a b/no common.cmake"
+
+
 def test_the_tools_are_added_without_the_web_ui_or_anything_else():
     flags = _cmake_flags(" ".join(lb.TOOL_CMAKE_ARGS))
     assert flags["LLAMA_BUILD_TOOLS"] == flags["LLAMA_BUILD_SERVER"] == "ON"
@@ -193,6 +207,10 @@ def test_the_tool_flags_and_targets_exist_in_the_vendored_llama_cpp():
     assert "option(GGML_RPC " in cmake_text
     for target in lb.tool_targets(",".join(lb.TOOLS)):
         assert f"set(TARGET {target})" in cmake_text, target
+    # llama_no_common.cmake is found by the project's name, and switches an option llama-cpp-python forces on
+    assert 'project("llama.cpp"' in (SOURCES / "vendor" / "llama.cpp" / "CMakeLists.txt").read_text()
+    assert "set(LLAMA_BUILD_COMMON ON CACHE BOOL" in (SOURCES / "CMakeLists.txt").read_text()
+    assert "option(LLAMA_BUILD_COMMON " in cmake_text and "set(LLAMA_BUILD_COMMON OFF)" in lb.NO_COMMON.read_text()
 
 
 def _configure(src: Path, build: Path) -> None:
