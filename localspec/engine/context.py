@@ -13,7 +13,7 @@ so a greedy loop never switches (it feeds prompts and verifies with ``decode_arg
 near-tie check, sampling with temperature) pays once per switch. ``greedy_rows`` also caps every pass's outputs
 (llama.cpp otherwise reserves compute memory for n_batch rows of logits, and with a sampler a padded copy too).
 
-Token trees (``n_seq`` > 1) are engine/trees.py's.
+Token trees (``n_seq`` > 1): engine/trees.py's ``TreePasses``, mixed in.
 
 Ties: numpy's argmax takes the first of equal maxima, ggml's CPU argmax the last, its CUDA argmax the one its
 parallel reduction keeps. Exact float ties at the top are rare; where one occurs both paths give a maximal token.
@@ -29,15 +29,15 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
-from localspec.engine import trees
 from localspec.engine.backend import recent_log
 from localspec.engine.model import Model
 from localspec.engine.rpc import no_room
 from localspec.engine.sampler_chain import backend_sampling_available, greedy_chain, stage_name
+from localspec.engine.trees import TreePasses
 from localspec.errors import ContextFullError, RollbackUnsupported
 
 
-class Context:
+class Context(TreePasses):
     """A ``llama_context*`` for sequence 0, with a reusable batch whose arrays are numpy views."""
 
     def __init__(
@@ -224,16 +224,6 @@ class Context:
     def seq_share(self, src: int, dst: int, n: int) -> None:
         """Give sequence ``dst`` the cells of ``src``'s first ``n`` positions (shared, not copied: a unified cache)."""
         llama_cpp.llama_memory_seq_cp(self._memory, src, dst, 0, n)
-
-    # token trees (engine/trees.py): a pass over a tree's nodes, then one root-to-node path kept
-    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
-        return trees.decode_tree(self, tokens, parents)
-
-    def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
-        return trees.decode_tree_argmax(self, tokens, parents)
-
-    def keep_path(self, rows: Sequence[int]) -> None:
-        trees.keep_path(self, rows)
 
     def feed(self, tokens: Sequence[int]) -> None:
         """Append ``tokens`` to the cache without computing any output (a prompt, a rebuilt history)."""

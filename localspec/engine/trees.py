@@ -14,80 +14,118 @@ token once per seq id it carries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
 
+from localspec.engine.model import Model
 from localspec.errors import RollbackUnsupported
 
-if TYPE_CHECKING:  # the context calls these with itself; it imports this module
-    from localspec.engine.context import Context
 
+class TreePasses:
+    """Token-tree passes, mixed into ``engine.context.Context``: it provides the batch (numpy views over one
+    ``llama_batch``), the memory, the backend sampler and the bookkeeping declared here; these methods use them.
+    (A mixin, not functions over a Context: this module then never imports the context, and no import circles.)"""
 
-def decode_tree(ctx: Context, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
-    """Score a token tree in one pass: ``tokens[0]`` follows the cache, ``tokens[i]`` follows row
-    ``parents[i]`` (parents first). Returns a logits row per token (a view, valid until the next decode);
-    the cache holds the whole tree until ``keep_path``."""
-    if ctx._chains:
-        ctx._detach()
-    _run_tree(ctx, tokens, parents)
-    return ctx._logits(len(tokens))
+    model: Model
+    tokens: list[int]
+    n_seq: int
+    max_rows: int
+    backend_sampling: bool
+    _memory: llama_cpp.llama_memory_t
+    _batch: llama_cpp.llama_batch
+    _tok: np.ndarray
+    _pos: np.ndarray
+    _want: np.ndarray
+    _n_seq_id: np.ndarray
+    _chains: dict[int, llama_cpp.llama_sampler_p]
+    _tree: tuple[list[int], list[list[int]]] | None  # a tree pass's rows and the sequences each belongs to
 
-def decode_tree_argmax(ctx: Context, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
-    """``decode_tree``, returning the argmax token id of each row (backend-sampled where available)."""
-    if not ctx.backend_sampling:
-        return decode_tree(ctx, tokens, parents).argmax(axis=1).tolist()
-    if not ctx._chains:
-        ctx._attach()
-    _run_tree(ctx, tokens, parents)
-    return ctx._sampled(len(tokens))
+    @property
+    def n_past(self) -> int:
+        raise NotImplementedError
 
-def _run_tree(ctx: Context, tokens: Sequence[int], parents: Sequence[int]) -> None:
-    n = len(tokens)
-    if n > ctx.max_rows:
-        raise ValueError(f"a tree of {n} tokens: this context scores at most {ctx.max_rows} positions")
-    depth, seqs = tree_sequences(parents)
-    if len(seqs[0]) > ctx.n_seq:
-        raise ValueError(f"a tree of {len(seqs[0])} branches: this context holds at most {ctx.n_seq}")
-    ctx._check_room(n)
-    for s in seqs[0][1:]:  # every branch sees the cached history
-        llama_cpp.llama_memory_seq_cp(ctx._memory, 0, s, -1, -1)
-    ctx._tok[:n] = tokens
-    ctx._pos[:n] = np.asarray(depth, dtype=np.int32) + ctx.n_past
-    ctx._want[:n] = 1
-    for i, ids in enumerate(seqs):
-        ctx._n_seq_id[i] = len(ids)
-        row = ctx._batch.seq_id[i]
-        for j, s in enumerate(ids):
-            row[j] = s
-    try:
-        ctx._decode_batch(n)
-    finally:
-        ctx._n_seq_id[:n] = 1  # chain passes put every token in sequence 0 only
-        for i in range(n):
-            ctx._batch.seq_id[i][0] = 0
-    ctx._tree = (list(tokens), seqs)
+    def _check_room(self, n: int) -> None:
+        raise NotImplementedError
 
-def keep_path(ctx: Context, rows: Sequence[int]) -> None:
-    """After ``decode_tree``: keep the rows of one root-to-node path (row 0 first) as sequence 0, drop the rest."""
-    if ctx._tree is None:
-        raise RuntimeError("keep_path() without a tree pass")
-    tokens, seqs = ctx._tree
-    ctx._tree = None
-    branch = seqs[rows[-1]][0]  # a branch through the path's last row holds the whole path
-    n_keep = ctx.n_past + len(rows)
-    memory = ctx._memory
-    if not llama_cpp.llama_memory_seq_rm(memory, branch, n_keep, -1):
-        raise RollbackUnsupported(f"{ctx.model.path.name} cannot drop cached positions (recurrent model?)")
-    llama_cpp.llama_memory_seq_keep(memory, branch)
-    if branch != 0:
-        llama_cpp.llama_memory_seq_cp(memory, branch, 0, -1, -1)
-        llama_cpp.llama_memory_seq_rm(memory, branch, -1, -1)
-    pos_max = llama_cpp.llama_memory_seq_pos_max(memory, 0)
-    if pos_max != n_keep - 1 or any(llama_cpp.llama_memory_seq_pos_max(memory, s) >= 0 for s in seqs[0][1:]):
-        raise RollbackUnsupported(f"keeping a tree's path left position {pos_max}, expected {n_keep - 1}")
-    ctx.tokens.extend(tokens[r] for r in rows)
+    def _decode_batch(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _attach(self) -> None:
+        raise NotImplementedError
+
+    def _detach(self) -> None:
+        raise NotImplementedError
+
+    def _logits(self, rows: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _sampled(self, n: int, start: int = 0) -> list[int]:
+        raise NotImplementedError
+
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Score a token tree in one pass: ``tokens[0]`` follows the cache, ``tokens[i]`` follows row
+        ``parents[i]`` (parents first). Returns a logits row per token (a view, valid until the next decode);
+        the cache holds the whole tree until ``keep_path``."""
+        if self._chains:
+            self._detach()
+        self._run_tree(tokens, parents)
+        return self._logits(len(tokens))
+
+    def decode_tree_argmax(self, tokens: Sequence[int], parents: Sequence[int]) -> list[int]:
+        """``decode_tree``, returning the argmax token id of each row (backend-sampled where available)."""
+        if not self.backend_sampling:
+            return self.decode_tree(tokens, parents).argmax(axis=1).tolist()
+        if not self._chains:
+            self._attach()
+        self._run_tree(tokens, parents)
+        return self._sampled(len(tokens))
+
+    def _run_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> None:
+        n = len(tokens)
+        if n > self.max_rows:
+            raise ValueError(f"a tree of {n} tokens: this context scores at most {self.max_rows} positions")
+        depth, seqs = tree_sequences(parents)
+        if len(seqs[0]) > self.n_seq:
+            raise ValueError(f"a tree of {len(seqs[0])} branches: this context holds at most {self.n_seq}")
+        self._check_room(n)
+        for s in seqs[0][1:]:  # every branch sees the cached history
+            llama_cpp.llama_memory_seq_cp(self._memory, 0, s, -1, -1)
+        self._tok[:n] = tokens
+        self._pos[:n] = np.asarray(depth, dtype=np.int32) + self.n_past
+        self._want[:n] = 1
+        for i, ids in enumerate(seqs):
+            self._n_seq_id[i] = len(ids)
+            row = self._batch.seq_id[i]
+            for j, s in enumerate(ids):
+                row[j] = s
+        try:
+            self._decode_batch(n)
+        finally:
+            self._n_seq_id[:n] = 1  # chain passes put every token in sequence 0 only
+            for i in range(n):
+                self._batch.seq_id[i][0] = 0
+        self._tree = (list(tokens), seqs)
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        """After ``decode_tree``: keep the rows of one root-to-node path (row 0 first) as sequence 0, drop the rest."""
+        if self._tree is None:
+            raise RuntimeError("keep_path() without a tree pass")
+        tokens, seqs = self._tree
+        self._tree = None
+        branch = seqs[rows[-1]][0]  # a branch through the path's last row holds the whole path
+        n_keep = self.n_past + len(rows)
+        memory = self._memory
+        if not llama_cpp.llama_memory_seq_rm(memory, branch, n_keep, -1):
+            raise RollbackUnsupported(f"{self.model.path.name} cannot drop cached positions (recurrent model?)")
+        llama_cpp.llama_memory_seq_keep(memory, branch)
+        if branch != 0:
+            llama_cpp.llama_memory_seq_cp(memory, branch, 0, -1, -1)
+            llama_cpp.llama_memory_seq_rm(memory, branch, -1, -1)
+        pos_max = llama_cpp.llama_memory_seq_pos_max(memory, 0)
+        if pos_max != n_keep - 1 or any(llama_cpp.llama_memory_seq_pos_max(memory, s) >= 0 for s in seqs[0][1:]):
+            raise RollbackUnsupported(f"keeping a tree's path left position {pos_max}, expected {n_keep - 1}")
+        self.tokens.extend(tokens[r] for r in rows)
 
 
 def tree_sequences(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
