@@ -304,8 +304,8 @@ class Generator:
                 ended = "length"
                 break
         tail, others = result.tree.rejected(result.verdict.nodes)
-        real = len(result.draft) - result.draft.filler  # rejected filler was never a proposal: not "drafted"
-        tail = [node for node in tail if node < real]
+        if result.draft.filler:  # rejected filler was never a proposal: not "drafted" (a chain: nodes are positions)
+            tail = [node for node in tail if node < len(result.draft) - result.draft.filler]
         target = out[-1] if out and out[-1].source == "target" else None
         accepted = tuple(out[:-1] if target is not None else out)
         step = Step(

@@ -43,7 +43,6 @@ _PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior (the pre
 # the lowest prompt's trees ÷ chain is what these guard)
 _TREE_MARGIN = 1.1
 _TREE_EVIDENCE = 4.0
-_FIXED_EVIDENCE = 8  # steps a pinned k drafts at its size before a dry spell may take it down to 1 row
 
 
 @dataclass(slots=True)
@@ -235,11 +234,10 @@ class DraftPolicy:
     def _depth(self) -> int:
         """Draft tokens in this step's pass, on a device with pass shapes: the kept size, less the pending row."""
         shapes = self.shapes
-        if self.fixed is not None:  # the pinned length, padded up to a kept size; or no draft through a dry spell
+        # a pinned k: its length padded up to a kept size, or 1 row while no proposal has run far enough to pay for
+        # those rows (a generation's start, a dry spell); forcing the size from the first step replayed 5-8% slower
+        if self.fixed is not None:
             sizes = [1, shapes.size_for(min(self.fixed, self.k_max) + 1)]
-            if self.depths.steps < _FIXED_EVIDENCE:  # as asked, until there is evidence of a dry spell
-                self.size = sizes[1]
-                return self.size - 1
         else:
             sizes = [s for s in shapes.sizes if s <= self.k_max + 1]
         self.size = choose(self.size, sizes, lambda s: (self.depths.expected(s - 1), self._rate_seconds(s)),
