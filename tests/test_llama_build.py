@@ -3,7 +3,6 @@ check of the installed build."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import shutil
@@ -14,19 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.script_modules import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "llama_build.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("llama_build", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["llama_build"] = module  # dataclasses need the module registered
-    spec.loader.exec_module(module)
-    return module
-
-
-lb = _load_script()
+lb = load_script("llama_build")
 PlatformInfo = lb.PlatformInfo
 AMX_FLAGS = ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
 

@@ -4,27 +4,18 @@ sequence), and the comparison with llama-server is read off the right rows. No l
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "serve_load.py"
+from tests.script_modules import load_script
+
 pytest.importorskip("openai")  # the load test's client (the test extra)
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("serve_load", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["serve_load"] = module  # dataclasses need the module registered
-    spec.loader.exec_module(module)
-    return module
-
-
-sl = _load_script()
+sl = load_script("serve_load")
 
 
 def _args(**over) -> argparse.Namespace:
