@@ -27,6 +27,9 @@ def test_shipped_tables_load_by_name_and_cover_three_devices() -> None:
     # a pass right after a change of size runs without a CUDA graph; the one after it captures one
     assert h100.step(8, CAPTURE) > h100.step(8, AFTER_CHANGE) > h100.step(8)
     assert load_cost_table("spr-2t").step(8, AFTER_CHANGE) == load_cost_table("spr-2t").step(8)  # a CPU: no graphs
+    # rows spread over 8 sequences cost more than one sequence's (measured); 4 sequences, in between
+    assert h100.spread(16, 8) == pytest.approx(0.0042) and h100.bare(16) < h100.spread(16, 4) < h100.spread(16, 8)
+    assert load_cost_table("spr-2t").spread(16, 8) == load_cost_table("spr-2t").bare(16)  # no such figures: as one
     spr = load_cost_table("spr-2t")
     assert spr.bare(6) == pytest.approx((0.031 + 0.049) / 2)  # between measured sizes: interpolated
     assert spr.bare(17) == pytest.approx(0.073 + (0.073 - 0.060) / 4)  # past the last: its slope

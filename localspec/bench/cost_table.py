@@ -39,6 +39,8 @@ class CostTable:
     # a GPU's passes without a CUDA graph (right after a change of size), and what capturing one adds
     after_change: dict[int, float] = field(default_factory=dict)
     capture: float = 0.0
+    # the same steady passes with their rows spread over 8 sequences (a batch's attention reads 8 caches)
+    eight_lanes: dict[int, float] = field(default_factory=dict)
 
     def bare(self, n: int) -> float:
         """A bare steady pass of n tokens: measured, interpolated between measured sizes, or extended by the last
@@ -55,10 +57,20 @@ class CostTable:
         ratio = {m: s / self.bare(m) for m, s in self.after_change.items()}
         return self.bare(n) * _interpolate(ratio, n, extend=False)
 
+    def spread(self, n: int, sequences: int) -> float:
+        """A steady pass of n tokens over ``sequences`` sequences: between one sequence's and eight's by their number
+        (more than 8: as 8, which the table does not go past)."""
+        if sequences <= 1 or not self.eight_lanes or n < min(self.eight_lanes):
+            return self.bare(n)
+        share = min(1.0, (sequences - 1) / 7)
+        return self.bare(n) + share * (_interpolate(self.eight_lanes, n) - self.bare(n))
+
     def step(self, n: int, stage: int = 2, sequences: int = 1) -> float:
         """A live step whose pass holds n tokens of ``sequences`` sequences; ``stage``: where the pass stands in the
         graph's warm-up."""
-        bare = self.bare(n) if stage > CAPTURE else self.unsteady(n) + (self.capture if stage == CAPTURE else 0.0)
+        lanes = self.spread(n, sequences) - self.bare(n)
+        bare = lanes + (self.bare(n) if stage > CAPTURE
+                        else self.unsteady(n) + (self.capture if stage == CAPTURE else 0.0))
         host = self.overhead_base + self.overhead_per_token * n + self.overhead_per_sequence * sequences
         return bare + host + (self.overhead_draft if n > sequences else 0.0)
 
@@ -132,4 +144,5 @@ def load_cost_table(spec: str | Path) -> CostTable:
         overhead_per_token=float(overhead.get("per_token", 0.0)),
         overhead_per_sequence=float(overhead.get("per_sequence", 0.0)),
         source=path.name, after_change=after, capture=float(data.get("graph_capture_seconds", 0.0)),
+        eight_lanes=_seconds(path, data.get("seconds_by_batch_8_lanes") or {}),
     )
