@@ -53,9 +53,11 @@ def test_padding_takes_the_rest_of_the_proposal_then_filler() -> None:
 
 
 def test_depths_learn_in_hindsight_what_each_depth_would_have_made() -> None:
-    d = Depths(7)
-    for _ in range(200):
-        d.record(3)
+    d = Depths((0, 3, 7))
+    for _ in range(200):  # steps whose proposals matched 3 tokens, each known at once
+        d.record()
+        for j in range(3):
+            d.matched(j, age=0)
     assert d.expected(0) == pytest.approx(1.0, abs=0.01)
     assert d.expected(3) == pytest.approx(4.0, abs=0.05)
     assert d.expected(7) == pytest.approx(4.0, abs=0.05)

@@ -193,9 +193,7 @@ def _time_reads(ctx: Context, n_max: int, rounds: int, cancelled: Callable[[], b
             for how in ("ids", "logits") if rep % 2 == 0 else ("logits", "ids"):
                 timed_pass(ctx, tokens[:1], how == "ids", cancelled)  # llama.cpp rebuilds its graph: not timed
                 for n in sizes:
-                    for _ in range(2 if steady else 0):
-                        timed_pass(ctx, tokens[:n], how == "ids", cancelled)
-                    samples[how][n].append(timed_pass(ctx, tokens[:n], how == "ids", cancelled))
+                    samples[how][n].append(timed_pass(ctx, tokens[:n], how == "ids", cancelled, warm=2 * steady))
     seconds = {how: {n: low_quantile(ts) for n, ts in by_n.items()} for how, by_n in samples.items()}
     ids = sum(seconds["ids"].values()) <= sum(seconds["logits"].values())
     return Reads(ids, seconds, f"timed {_now()}")
@@ -257,9 +255,8 @@ def measure(
     def timed(n: int) -> float:
         nonlocal done
         # the pass the loop will make: token ids where llama.cpp samples in the graph, else logits
-        for _ in range(repeats):
-            seconds = timed_pass(ctx, tokens[:n], ctx.backend_sampling, cancelled)
-            done += 1
+        seconds = timed_pass(ctx, tokens[:n], ctx.backend_sampling, cancelled, warm=repeats - 1)
+        done += repeats
         if progress is not None:
             progress(done, total)
         return seconds
@@ -290,9 +287,12 @@ def measure(
                        _disturbed(others, first, last, samples))
 
 
-def timed_pass(ctx: Context, tokens: list[int], ids: bool, cancelled: Callable[[], bool] | None) -> float:
+def timed_pass(ctx: Context, tokens: list[int], ids: bool, cancelled: Callable[[], bool] | None, *,
+               warm: int = 0) -> float:
     """Seconds to decode ``tokens`` after the cached history, read back as token ids or as logits; the cache is
-    left as it was."""
+    left as it was. ``warm``: passes of the same size made first, untimed (2: a steady pass where CUDA graphs run)."""
+    for _ in range(warm):
+        timed_pass(ctx, tokens, ids, cancelled)
     if cancelled is not None and cancelled():
         raise KeyboardInterrupt
     kept = len(ctx.tokens)

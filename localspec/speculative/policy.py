@@ -120,13 +120,9 @@ class _Watched:
             if not ok:
                 return True
             if self.depths is not None and alive[0]:
-                self.depths.matched(j, self.depths_age())
+                self.depths.matched(j, self.depths.steps - self.born)
             self.matched += 1
         return not any(a and self.matched < len(c) for a, c in zip(self.alive, self.candidates, strict=True))
-
-    def depths_age(self) -> int:
-        assert self.depths is not None
-        return self.depths.steps - self.born
 
 
 class DraftPolicy:
@@ -162,7 +158,9 @@ class DraftPolicy:
         self._draft_cost: dict[str, float] = dict(self._drafter_calibration)  # seconds per drafted token
         self._plain_steps: dict[str, int] = {}
         self._patience: dict[str, int] = {}
-        self.depths = Depths(self.k_max)
+        # what each depth the policy may choose would have made (a device with pass shapes only)
+        self.depths = Depths(tuple(s - 1 for s in self.shapes.sizes if s <= self.k_max + 1)) if self.shapes.active \
+            else None
         self.restart()
 
     def restart(self) -> None:
@@ -196,15 +194,17 @@ class DraftPolicy:
             return draft
         candidates = draft.candidates
         survivals = [self._survival_of(_wide(draft.kind, w)) for w in range(1, len(candidates) + 1)]
-        shaped = self.shapes.active and not self.in_batch
-        if shaped:
-            self.depths.record()
-        self._watched.append(_Watched(candidates, survivals, depths=self.depths if shaped else None,
-                                      born=self.depths.steps))
+        depths = self.depths if not self.in_batch else None
+        if depths is not None:
+            depths.record()
+        self._watched.append(_Watched(candidates, survivals, depths=depths,
+                                      born=depths.steps if depths is not None else 0))
         self._proposal = candidates[0]
-        if shaped:
+        if depths is not None:
             self._step_depth = self._depth()  # the pass's size for this step, chosen once (``pad`` uses it)
-        self._trimmed = draft.trimmed(*(self._shape(draft, candidates) if not shaped else (self._step_depth, 1)))
+            self._trimmed = draft.trimmed(self._step_depth)
+        else:
+            self._trimmed = draft.trimmed(*self._shape(draft, candidates))
         return self._trimmed
 
     def pad(self, draft: Draft, history: Sequence[int], room: int, depth: int | None = None) -> Draft:
@@ -212,7 +212,7 @@ class DraftPolicy:
         (a batch's scheduler says), at most ``room`` tokens: the rest of the lookup's proposal, then filler.
         Elsewhere, a model's draft (it is learned as drafted), and in a batch until the scheduler says how far:
         ``draft`` as is. One sequence's step is counted here too, with or without a proposal (Depths' clock)."""
-        if not self.shapes.active or (self.in_batch and depth is None):
+        if self.depths is None or (self.in_batch and depth is None):
             return draft
         lookup = not draft.tokens or draft is self._trimmed
         made = self._proposal  # this step's lookup proposal (``trim`` counted the step)
@@ -233,14 +233,15 @@ class DraftPolicy:
 
     def _depth(self) -> int:
         """Draft tokens in this step's pass, on a device with pass shapes: the kept size, less the pending row."""
-        shapes = self.shapes
+        shapes, depths = self.shapes, self.depths
+        assert depths is not None
         # a pinned k: its length padded up to a kept size, or 1 row while no proposal has run far enough to pay for
         # those rows (a generation's start, a dry spell); forcing the size from the first step replayed 5-8% slower
         if self.fixed is not None:
             sizes = [1, shapes.size_for(min(self.fixed, self.k_max) + 1)]
         else:
             sizes = [s for s in shapes.sizes if s <= self.k_max + 1]
-        self.size = choose(self.size, sizes, lambda s: (self.depths.expected(s - 1), self._rate_seconds(s)),
+        self.size = choose(self.size, sizes, lambda s: (depths.expected(s - 1), self._rate_seconds(s)),
                            shapes.change_cost, self._room)
         return self.size - 1
 
@@ -355,7 +356,7 @@ class DraftPolicy:
         drafted, drafter = len(draft), draft.drafter
         rows = (drafted if nodes is None else nodes) + 1
         # on a device with pass shapes only a steady pass says what its size costs: a change is priced apart
-        steady = self.warmup.step(rows) == STEADY or not self.shapes.active
+        steady = not self.shapes.active or self.warmup.step(rows) == STEADY
         if priced and steady:
             self.costs.update(rows, verify_seconds)
         if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice

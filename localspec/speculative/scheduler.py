@@ -208,6 +208,7 @@ class Scheduler:
         self.lanes.begin(lane, job)
         target = self.lanes[lane]
         generator = self.make_generator(target, job)
+        generator.policy.in_batch = True  # the scheduler keeps the pass's size; the sequence only drafts
         run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
                   TextStream(generator.vocab, job.settings.stop))
         run.started = self.clock()
@@ -239,7 +240,6 @@ class Scheduler:
             room = min(room, self.lanes.max_rows - others - 1)
             policy = f.generator.policy
             policy.others = (others, tokens_before + tokens_after)
-            policy.in_batch = True
             t0 = self.clock()
             f.room = room
             f.plan = plan = f.generator.plan(f.run.history, room)

@@ -31,7 +31,7 @@ AFTER_CHANGE, CAPTURE, STEADY = 0, 1, 2  # where a pass stands in its graph's wa
 # 2 followed a copy too slowly (a ramp of 1, 2, 4, 8 rows) or left a size on a dip
 _DECAY = 0.9
 _PRIOR_STEPS = 4.0
-HORIZON = 96  # tokens over which a change of size must pay for itself (at most what the generation has left)
+_HORIZON = 96  # tokens over which a change of size must pay for itself (at most what the generation has left)
 _KNEE = 1.25  # a size whose next size costs this much more is kept too (an H100's 8 → 9: small-batch kernels)
 _PENALTY_FLOOR = 0.05  # a change costing less than this share of a single pass is no change: a CPU
 
@@ -67,6 +67,8 @@ class Shapes:
         return next((s for s in self.sizes if s >= rows), rows)
 
     def change_cost(self, size: int) -> float:
+        """What changing to ``size`` costs: measured, else as the nearest measured size below it (``learn`` fills
+        in every kept size, so the policy's choice is a lookup)."""
         if size in self.penalty:
             return self.penalty[size]
         known = sorted(self.penalty)
@@ -89,7 +91,9 @@ class Shapes:
             return cls()
         sizes = {1, *(1 << i for i in range(2, n_max.bit_length()) if 1 << i <= n_max)}
         sizes |= {n for n in steady if n + 1 in steady and steady[n + 1] >= _KNEE * steady[n]}
-        return cls(tuple(sorted(s for s in sizes if s <= n_max)), penalty)
+        kept = tuple(sorted(s for s in sizes if s <= n_max))
+        measured = cls(kept, penalty)
+        return cls(kept, {**{s: measured.change_cost(s) for s in kept}, **penalty})
 
 
 def pad(tokens: Sequence[int], proposal: Sequence[int], history: Sequence[int], depth: int) -> list[int]:
@@ -106,27 +110,28 @@ def pad(tokens: Sequence[int], proposal: Sequence[int], history: Sequence[int], 
 
 @dataclass(slots=True)
 class Depths:
-    """Tokens a pass would have made at each draft depth 0..k_max over recent steps, learned in hindsight from every
-    proposal (trimmed or not) and every step without one: a pass at depth d makes 1 + min(matched, d) tokens.
+    """Tokens a pass would have made at each of the draft ``depths`` the policy can choose (its kept sizes less the
+    pending row) over recent steps, learned in hindsight from every proposal (trimmed or not) and every step without
+    one: a pass at depth d makes 1 + min(matched, d) tokens.
 
     A proposal counts from the step it was made (``record``), and each of its tokens as soon as the target emits it
     (``matched``), not once the whole proposal is settled: a long copy verified one token a pass would otherwise be
-    heard of only 16 passes late, and the policy would sit at one row all that while."""
+    heard of only 16 passes late, and the policy would sit at one row all that while. Only the depths asked about are
+    kept: each emitted token costs a few additions, not one per possible depth."""
 
-    k_max: int
-    tokens: list[float] = field(default_factory=list)
-    weight: float = 0.0
+    depths: tuple[int, ...]
+    tokens: dict[int, float] = field(default_factory=dict)
+    weight: float = _PRIOR_STEPS
     steps: int = 0  # steps recorded so far (a proposal's age)
 
     def __post_init__(self) -> None:
-        self.tokens = [_PRIOR_STEPS] * (self.k_max + 1)
-        self.weight = _PRIOR_STEPS
+        self.tokens = dict.fromkeys(self.depths, _PRIOR_STEPS)
 
-    def record(self, matched: int = 0) -> None:
-        """A step: its pass's own token at every depth, and ``matched`` tokens of a proposal known already."""
+    def record(self) -> None:
+        """A step: its pass's own token at every depth."""
         tokens = self.tokens
-        for d in range(self.k_max + 1):
-            tokens[d] = tokens[d] * _DECAY + 1.0 + min(matched, d)
+        for d in tokens:
+            tokens[d] = tokens[d] * _DECAY + 1.0
         self.weight = self.weight * _DECAY + 1.0
         self.steps += 1
 
@@ -135,25 +140,26 @@ class Depths:
         decay since has already shrunk that step's share)."""
         weight = _DECAY**age
         tokens = self.tokens
-        for d in range(j + 1, self.k_max + 1):
-            tokens[d] += weight
+        for d in tokens:
+            if d > j:
+                tokens[d] += weight
 
     def expected(self, depth: int) -> float:
-        """Tokens a pass at ``depth`` makes, on average over recent steps."""
-        return self.tokens[min(depth, self.k_max)] / self.weight
+        """Tokens a pass at ``depth`` (one of ``depths``) makes, on average over recent steps."""
+        return self.tokens[depth] / self.weight
 
 
 def choose(
     current: int, sizes: Sequence[int], rate: Callable[[int], tuple[float, float]], change_cost: Callable[[int], float],
-    horizon: int, cap: int = HORIZON,
+    horizon: int,
 ) -> int:
     """The size to decode at: ``current`` unless another one's time saved over ``horizon`` tokens pays for changing
     to it (none yet: the fastest). ``rate(size)`` → (tokens a pass makes, seconds it costs steady); the horizon is
-    at most ``cap`` tokens (what the estimates are good for)."""
+    at most _HORIZON tokens (what the estimates are good for)."""
     per_token = {size: seconds / tokens for size in sizes for tokens, seconds in [rate(size)]}
     if current not in per_token:
         return min(per_token, key=lambda size: (per_token[size], size))
-    horizon = max(1, min(horizon, cap))
+    horizon = max(1, min(horizon, _HORIZON))
     best, best_saving = current, 0.0
     # a change must pay for the way back too: the estimates are noisy, and a size left on a dip is often wanted
     # again a few passes later (two changes, four passes without a graph)
