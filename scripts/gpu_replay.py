@@ -11,6 +11,7 @@ pass its own size, as at be0108d), "now" with the sizes the table's device keeps
     .venv/bin/python scripts/gpu_replay.py [--table h100]     # the comparison, medians per category
     .venv/bin/python scripts/gpu_replay.py --fit              # fit host time and capture to the live figures
     .venv/bin/python scripts/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
+    .venv/bin/python scripts/gpu_replay.py --ceiling          # grounded: adaptive, best fixed k per prompt, oracle
 """
 
 from __future__ import annotations
@@ -96,6 +97,18 @@ def fit(table: CostTable, outs: dict, ids: list[str]) -> CostTable:
     return best[1]
 
 
+def ceiling(table: CostTable, outs: dict, prompts: list) -> None:
+    """On grounded prompts: adaptive now, the best fixed k chosen per prompt in hindsight (what this drafter can reach
+    with any one length), and the oracle lookup (what any lookup could)."""
+    ids = [p.id for p in prompts if p.category == "grounded"]
+    by_k = [per_prompt(table, outs, ids, k, shapes=True) for k in range(1, 16)]
+    hindsight = statistics.median(max(row[i] for row in by_k) for i in ids)
+    adaptive = statistics.median(per_prompt(table, outs, ids, None, shapes=True).values())
+    oracle = statistics.median(per_prompt(table, outs, ids, None, shapes=False, drafter="oracle").values())
+    print(f"grounded, {len(ids)} prompts, medians over target-only: adaptive {adaptive:.2f}x, the best fixed k per "
+          f"prompt in hindsight {hindsight:.2f}x, the oracle lookup {oracle:.2f}x")
+
+
 def compare(table: CostTable, outs: dict, prompts: list) -> None:
     ids = [p.id for p in prompts]
     cats = sorted({p.category for p in prompts})
@@ -131,6 +144,7 @@ def main() -> None:
     ap.add_argument("--suite", type=Path, action="append",
                     help="JSONL suite instead of the built-in one (repeatable; the shared prompts are held out)")
     ap.add_argument("--fit", action="store_true", help="fit host time and capture to the live H100 figures")
+    ap.add_argument("--ceiling", action="store_true", help="grounded prompts: adaptive against what the drafter allows")
     args = ap.parse_args()
     prompts = [p for s in (args.suite or [None]) for p in load_suite(s).prompts]
     outs = outputs(prompts)
@@ -142,6 +156,9 @@ def main() -> None:
               f"graph_capture_seconds {table.capture:.6f}\n")
         print("  ".join(f"{n} {v:.2f} (live {LIVE[n]:.2f})"
                         for n, v in figures(table, outs, [p.id for p in prompts]).items()))
+        return
+    if args.ceiling:
+        ceiling(table, outs, prompts)
         return
     compare(table, outs, prompts)
 

@@ -236,7 +236,7 @@ class DraftPolicy:
         shapes, depths = self.shapes, self.depths
         assert depths is not None
         # a pinned k: its length padded up to a kept size, or 1 row while no proposal has run far enough to pay for
-        # those rows (a generation's start, a dry spell); forcing the size from the first step replayed 5-8% slower
+        # those rows (a generation's start, a dry spell); forcing the size from the first step replayed slower
         if self.fixed is not None:
             sizes = [1, shapes.size_for(min(self.fixed, self.k_max) + 1)]
         else:
