@@ -38,6 +38,19 @@ def test_one_slow_pass_changes_nothing() -> None:
     assert [costs(n) for n in range(1, 18)] == pytest.approx(before)
 
 
+def test_the_curve_between_and_beyond_measured_sizes() -> None:
+    # linear between measured sizes; outside them a fifth of a single pass per row, but never less than the nearest
+    # measured size's share per row; and a batch's large sizes, asked for after small ones, priced the same
+    costs = PassCosts({1: 1.0, 4: 1.3, 8: 1.6})  # a GPU's: flat
+    assert [costs(n) for n in (1, 2, 3, 4, 6, 8)] == pytest.approx([1.0, 1.1, 1.2, 1.3, 1.45, 1.6])
+    assert costs(300) == pytest.approx(1.6 + 0.2 * 292)
+    assert PassCosts({1: 1.0, 8: 3.0})(300) == pytest.approx(3.0 * 300 / 8)  # more than 3.0 + 0.2 * 292
+    assert PassCosts({4: 2.0, 8: 3.0})(2) == pytest.approx(2.0 - 0.2 * 2.0 * 2)
+    assert PassCosts({8: 3.0, 16: 5.0})(1) == pytest.approx(3.0 / 8)  # its share: more than 3.0 - 0.2 * 3.0 * 7
+    fresh = PassCosts({1: 1.0, 4: 1.3, 8: 1.6})
+    assert fresh(300) == costs(300) and fresh(5) == costs(5)
+
+
 def test_the_measured_shape_is_kept_not_flattened() -> None:
     # on this CPU 3 rows cost more than 4, and 5 more than 6, in every calibration: what was measured is used
     costs = PassCosts(dict(QUIET))

@@ -52,15 +52,16 @@ class NgramDrafter:
         return all(history[i] == self._tokens[i] for i in probe)
 
     def _extend(self, history: Sequence[int]) -> None:
-        tokens = self._tokens
+        tokens, index = self._tokens, self._index
         for j in range(len(tokens), len(history)):
             tokens.append(history[j])
             # register the n-grams that end just before j: their continuation starts at j
-            for n in range(1, min(self.max_n, j) + 1):
-                gram = tuple(tokens[j - n : j])
-                seen = self._index[n].get(gram)
+            longest = tuple(tokens[max(0, j - self.max_n) : j])
+            for n in range(1, len(longest) + 1):
+                gram = longest[-n:]
+                seen = index[n].get(gram)
                 if seen is None:
-                    self._index[n][gram] = [j]
+                    index[n][gram] = [j]
                 else:
                     seen.append(j)
                     if len(seen) > _RECENT:

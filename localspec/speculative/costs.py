@@ -56,7 +56,8 @@ class PassCosts:
     _level: float = 1.0
     _own: dict[int, tuple[float, int]] = field(default_factory=dict)  # size → (figure, passes it rests on)
     _swept: tuple[int, float] = (0, 1.0)  # (pass number, level) when every size's figure was last recomputed
-    _curve: list[float] = field(default_factory=list)  # dense cache of __call__, rebuilt after each update
+    _curve: list[float] = field(default_factory=list)  # dense cache of __call__, rebuilt after each update ...
+    _span: int = 17  # ... as far as any call has asked (a batch asks for its whole pass: hundreds of rows)
 
     def update(self, n: int, seconds: float) -> None:
         self._count += 1
@@ -106,28 +107,28 @@ class PassCosts:
 
     def __call__(self, n: int) -> float:
         if n >= len(self._curve):
-            self._rebuild(max(n, 17))
+            self._span = max(self._span, n)
+            self._rebuild(self._span)
         return self._curve[n]
 
     def _rebuild(self, n_max: int) -> None:
+        # one sweep over the sizes in order (a batch's curve runs to hundreds of rows and is rebuilt every pass)
         level = self._level
         seen = {m: s * level for m, s in self.calibrated.items()}
         seen.update({m: s for m, (s, _) in self._own.items()})
+        sizes = sorted(seen)
         curve = [0.0] * (n_max + 1)
-        sizes: list[int] = []
+        i = 0  # sizes[i] is the first measured size >= n
         for n in range(1, n_max + 1):
-            figure = seen.get(n)
-            if figure is not None:
-                curve[n] = figure
-                continue
-            sizes = sizes or sorted(seen)
-            below = max((m for m in sizes if m < n), default=None)
-            above = min((m for m in sizes if m > n), default=None)
-            if below is not None and above is not None:
+            while i < len(sizes) and sizes[i] < n:
+                i += 1
+            if i < len(sizes) and sizes[i] == n:
+                curve[n] = seen[n]
+            elif 0 < i < len(sizes):
+                below, above = sizes[i - 1], sizes[i]
                 curve[n] = seen[below] + (seen[above] - seen[below]) * (n - below) / (above - below)
             else:
-                ref = below if below is not None else above
-                assert ref is not None
+                ref = sizes[i - 1] if i else sizes[0]
                 # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound);
                 # below the smallest size measured, never less than that size's share per token
                 curve[n] = max(seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref), seen[ref] * n / ref)

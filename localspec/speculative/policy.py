@@ -322,16 +322,15 @@ class DraftPolicy:
         expected = self._survival_of(kind).expected_accepted(cap)
         d = self._draft_cost.get(drafter, 0.0)
         plain = self._rate(1.0, 1)
-        best_k, best_rate, could_pay = 0, plain, False
+        best_k, best_rate = 0, plain
         for k in range(1, cap + 1):
             rate = self._rate(1.0 + expected[k], 1 + k, k * d)
             if rate > best_rate:
                 best_k, best_rate = k, rate
-            could_pay = could_pay or self._rate(1.0 + k, 1 + k, k * d) > plain  # if every drafted token were accepted
         if best_k == 0:
             if watched:
                 return 0  # a probe would pay to learn what the proposal teaches for free
-            if not could_pay:
+            if not any(self._rate(1.0 + k, 1 + k, k * d) > plain for k in range(1, cap + 1)):
                 return 0  # even a draft that is always right costs more than it saves: never probe
             waited = self._plain_steps.get(kind, 0) + 1
             self._plain_steps[kind] = waited
