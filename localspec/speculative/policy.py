@@ -201,7 +201,7 @@ class DraftPolicy:
                                       born=depths.steps if depths is not None else 0))
         self._proposal = candidates[0]
         if depths is not None:
-            self._step_depth = self._depth()  # the pass's size for this step, chosen once (``pad`` uses it)
+            self._step_depth = self._depth(draft)  # the pass's size for this step, chosen once (``pad`` uses it)
             self._trimmed = draft.trimmed(self._step_depth)
         else:
             self._trimmed = draft.trimmed(*self._shape(draft, candidates))
@@ -231,8 +231,9 @@ class DraftPolicy:
         self._trimmed = padded  # learned in hindsight (its proposal), or filler: never as a draft of its own
         return padded
 
-    def _depth(self) -> int:
-        """Draft tokens in this step's pass, on a device with pass shapes: the kept size, less the pending row."""
+    def _depth(self, draft: Draft | None = None) -> int:
+        """Draft tokens in this step's pass, on a device with pass shapes: the kept size, less the pending row, or,
+        for one pass, as much of ``draft`` as its kind's record says is worth leaving the kept size for."""
         shapes, depths = self.shapes, self.depths
         assert depths is not None
         # a pinned k: its length padded up to a kept size, or 1 row while no proposal has run far enough to pay for
@@ -243,7 +244,29 @@ class DraftPolicy:
             sizes = [s for s in shapes.sizes if s <= self.k_max + 1]
         self.size = choose(self.size, sizes, lambda s: (depths.expected(s - 1), self._rate_seconds(s)),
                            shapes.change_cost, self._room)
-        return self.size - 1
+        if draft is None or self.fixed is not None:
+            return self.size - 1
+        return self._burst(draft, self.size - 1)
+
+    def _burst(self, draft: Draft, depth: int) -> int:
+        """``depth``, or a longer one for this pass alone where the draft's kind has run far enough before to pay for
+        a pass without a graph and the way back to the kept size: a copy that has been right for 10 tokens is worth
+        one unsteady pass of 11 rows, not three steady passes of 4."""
+        n = min(len(draft), self.k_max, self._room)
+        if n <= depth:
+            return depth
+        assert self.depths is not None
+        expected = self._survival_of(draft.kind).expected_accepted(n)
+        steady = self._rate_seconds(depth + 1)
+        per_token = steady / max(1.0, self.depths.expected(depth))  # what the kept size pays for a token
+        back = self.shapes.change_cost(depth + 1)
+        best, best_gain = depth, 0.0
+        for d in range(depth + 1, n + 1):
+            extra = self._rate_seconds(d + 1) + self.shapes.change_cost(d + 1) + back - steady
+            gain = (expected[d] - expected[depth]) * per_token - extra
+            if gain > best_gain:
+                best, best_gain = d, gain
+        return best
 
     def _rate_seconds(self, rows: int) -> float:
         return self.costs(rows) if self.costs.known() else float(rows)
