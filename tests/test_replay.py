@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from localspec.bench.runner import split_variant
 from localspec.drafters.base import Draft
 from localspec.errors import UserError
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE
+from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE, Warmup
 
 # a copied passage, then the same passage again: prompt lookup can draft the second copy
 PASSAGE = list(range(100, 160))
@@ -159,3 +160,21 @@ def test_with_one_candidate_a_step_allowed_trees_is_exactly_the_chain() -> None:
     assert tree.tree_passes == 0
     assert (tree.target_passes, tree.drafted, tree.accepted) == (chain.target_passes, chain.drafted, chain.accepted)
     assert tree.decode_seconds == chain.decode_seconds
+
+
+def test_on_a_gpu_table_the_oracle_weighs_a_change_of_size() -> None:
+    """Copies of 8 tokens with a new token between, at most 7 drafted: drafting exactly each copy alternates passes
+    of 8 rows and 1, each after a change (no CUDA graph); the oracle pads the gaps instead, which costs less, and
+    never less than the same passes all steady."""
+    table = load_cost_table("h100")
+    text = list(range(100, 228))
+    output = [t for i in range(0, 128, 8) for t in [*text[i : i + 8], 500 + i]]
+    oracle = replay_oracle(text, output, table, k_max=7)
+    warmup, exact, pos = Warmup(), 0.0, 0
+    while pos < len(output):  # the exact-length schedule: 7 drafted where a copy goes on, none at a new token
+        n = 8 if output[pos] < 500 and pos + 8 <= len(output) else 1
+        exact += table.step(n, warmup.step(n))
+        pos += n
+    assert oracle.decode_seconds < exact
+    steady = replace(table, after_change={}, capture=0.0)
+    assert oracle.decode_seconds > replay_oracle(text, output, steady, k_max=7).decode_seconds

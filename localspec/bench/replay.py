@@ -22,6 +22,7 @@ from localspec.bench.compare import BASELINE
 from localspec.bench.cost_table import CostTable, load_cost_table, shipped_tables
 from localspec.bench.records import RunRecord
 from localspec.bench.runner import split_variant
+from localspec.drafters.base import Draft
 from localspec.errors import UserError
 from localspec.events import Finished, Stats
 from localspec.passes import Part
@@ -31,7 +32,7 @@ from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.scheduler import Job, Scheduler
-from localspec.speculative.shapes import Warmup
+from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE, STEADY, Warmup
 
 __all__ = ["CostTable", "load_cost_table", "replay", "replay_batch", "replay_oracle", "shipped_tables"]
 
@@ -201,9 +202,9 @@ def replay_batch(
 ) -> BatchReplay:
     """Generate every ``known`` output again as one batch job, ``parallel`` sequences at a time, each drafting with
     ``drafter`` (adaptive, or fixed ``k``) on a policy calibrated on the table's bare passes; every pass priced on the
-    table for all the rows it holds."""
-    drafters = lookup_drafters(drafter)
-    if drafters is None:
+    table for all the rows it holds. ``oracle``: drafts that are always right, as far as the oracle lookup copies
+    (a batch's ceiling)."""
+    if drafter != ORACLE and lookup_drafters(drafter) is None:
         raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
     clock = _Clock()
     costs = PassCosts(table.calibration(k_max + 1, steady=shapes))  # as BatchRuntime calibrates
@@ -212,7 +213,9 @@ def replay_batch(
 
     def make(target: Target, job: Job) -> Generator:
         sampling = job.sampling
-        return Generator(target, _NoText(), lookup_drafters(drafter) or [], sampling,
+        mine = known[int(job.key)]  # type: ignore[call-overload]
+        drafters = [_Oracle(mine, k_max)] if drafter == ORACLE else lookup_drafters(drafter) or []
+        return Generator(target, _NoText(), drafters, sampling,
                          DraftPolicy(k_max=k_max, fixed=k, costs=costs, shapes=kept), clock)
 
     scheduler = Scheduler(lanes, make, costs, parallel=parallel, clock=clock, shapes=kept)
@@ -223,27 +226,97 @@ def replay_batch(
                        scheduler.stats.rows, sum(s.drafted for s in stats), sum(s.accepted for s in stats))
 
 
+class _Oracle:
+    """A lookup drafter that knows the generation: it proposes as far as the oracle lookup would copy correctly."""
+
+    name = ORACLE
+    lookup = True
+
+    def __init__(self, known: Known, k_max: int) -> None:
+        self.sequence, self.start = [*known.prompt, *known.output], len(known.prompt)
+        self.runs = oracle_runs(known.prompt, known.output, k_max)
+
+    def begin(self, history: Sequence[int]) -> None:
+        pass
+
+    def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
+        here = len(history)
+        pos = here - self.start
+        n = min(self.runs[pos], cap) if 0 <= pos < len(self.runs) else 0
+        return Draft(self.sequence[here : here + n], None, self.name, self.name)
+
+    def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def replay_oracle(
-    prompt: Sequence[int], output: Sequence[int], table: CostTable, k_max: int = 16, *, eog: bool = False
+    prompt: Sequence[int], output: Sequence[int], table: CostTable, k_max: int = 16, *, eog: bool = False,
+    min_suffix: int = 0,
 ) -> Stats:
-    """The ceiling for any lookup drafter: each step copies from the earlier occurrence that continues correctly the
-    longest (at most ``k_max`` tokens, never past what has been generated) and drafts exactly that many."""
+    """The ceiling for any lookup drafter: each step may copy from the earlier occurrence that continues correctly the
+    longest (at most ``k_max`` tokens, never past what has been generated); ``min_suffix``: only from occurrences
+    whose ``min_suffix`` tokens before agree with the history's last (what a lookup keyed on that suffix could
+    find). It knows how far each copy runs, and lays out its passes for the least time on the table: where a change
+    of size costs (a GPU's graphs), it weighs the change as pass shapes do."""
+    runs = oracle_runs(prompt, output, k_max, min_suffix)
+    seconds, passes, accepted = fastest_schedule(runs, table, k_max + 1, eog=eog)
+    return Stats(generated_tokens=len(output), decode_seconds=seconds, target_passes=passes, drafted=accepted,
+                 accepted=accepted)
+
+
+def oracle_runs(prompt: Sequence[int], output: Sequence[int], k_max: int = 16, min_suffix: int = 0) -> list[int]:
+    """For each output position, how far the best earlier occurrence continues it correctly (at most ``k_max``, never
+    past what has been generated, never past the output's end); ``min_suffix``: as ``replay_oracle``."""
     seq, start = [*prompt, *output], len(prompt)
-    pos, seconds, passes, accepted = 0, 0.0, 0, 0
-    while pos < len(output):
+    runs = []
+    for pos in range(len(output)):
         here, best = start + pos, 0
-        for j in range(here):
+        suffix = seq[here - min_suffix : here]
+        for j in range(min_suffix, here):
+            if min_suffix and seq[j - min_suffix : j] != suffix:
+                continue
             n = 0
             while n < k_max and j + n < here and here + n < len(seq) and seq[j + n] == seq[here + n]:
                 n += 1
             best = max(best, n)
-        k = min(best, len(output) - pos - 1)
-        seconds, passes, accepted = seconds + table.step(k + 1), passes + 1, accepted + k
-        pos += k + 1
-    if eog:  # the pass that produced end-of-generation
-        seconds, passes = seconds + table.step(1), passes + 1
-    return Stats(generated_tokens=len(output), decode_seconds=seconds, target_passes=passes, drafted=accepted,
-                 accepted=accepted)
+        runs.append(min(best, len(output) - pos - 1))
+    return runs
+
+
+def fastest_schedule(runs: Sequence[int], table: CostTable, n_max: int, *, eog: bool) -> tuple[float, int, int]:
+    """(seconds, passes, draft tokens) of the fastest way through a generation where a pass at position i with n rows
+    makes 1 + min(runs[i], n - 1) tokens: a shortest path over (position, the last pass's size, its warm-up)."""
+    stages = (AFTER_CHANGE, CAPTURE, STEADY) if table.after_change else (STEADY,)
+    price = {(n, stage): table.step(n, stage) for n in range(1, n_max + 1) for stage in stages}
+    # position -> (size, stage) -> (seconds, passes, draft tokens); a CPU's table has one stage: every pass steady
+    best: list[dict[tuple[int, int], tuple[float, int, int]]] = [{} for _ in range(len(runs) + 1)]
+    best[0][(0, stages[-1] if len(stages) == 1 else AFTER_CHANGE)] = (0.0, 0, 0)
+    for pos, run in enumerate(runs):
+        for (size, stage), (seconds, passes, drafted) in best[pos].items():
+            for n in range(1, n_max + 1):  # rows past the copy are padding (to keep a size steady)
+                nxt = _next_stage(stages, size, stage, n)
+                copied = min(run, n - 1)
+                got = (seconds + price[(n, nxt)], passes + 1, drafted + copied)
+                here = best[pos + copied + 1]
+                if got[0] < here.get((n, nxt), (float("inf"),))[0]:
+                    here[(n, nxt)] = got
+    ends = []
+    for (size, stage), (seconds, passes, drafted) in best[-1].items():
+        if eog:  # the pass that produced end-of-generation (padded too, where that is cheaper)
+            seconds = seconds + min(price[(n, _next_stage(stages, size, stage, n))] for n in range(1, n_max + 1))
+            passes += 1
+        ends.append((seconds, passes, drafted))
+    return min(ends)
+
+
+def _next_stage(stages: tuple[int, ...], size: int, stage: int, n: int) -> int:
+    """Where a pass of n rows stands in the graph's warm-up after one of ``size`` at ``stage`` (as ``Warmup``)."""
+    if len(stages) == 1:
+        return stage
+    return min(stage + 1, STEADY) if n == size else AFTER_CHANGE
 
 
 def replay_records(
