@@ -11,7 +11,7 @@ pass its own size, as at be0108d), "now" with the sizes the table's device keeps
     .venv/bin/python scripts/gpu_replay.py [--table h100]     # the comparison, medians per category
     .venv/bin/python scripts/gpu_replay.py --fit              # fit host time and capture to the live figures
     .venv/bin/python scripts/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
-    .venv/bin/python scripts/gpu_replay.py --ceiling          # grounded: adaptive, best fixed k per prompt, oracle
+    .venv/bin/python scripts/gpu_replay.py --ceiling          # each goal against what the passes allow
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ from replay_tables import outputs  # noqa: E402
 from localspec.bench.replay import (  # noqa: E402
     CostTable,
     Known,
+    fastest_schedule,
     load_cost_table,
     replay,
     replay_batch,
     replay_oracle,
 )
 from localspec.bench.suite import load_suite  # noqa: E402
+from localspec.drafters.ngram import NgramDrafter  # noqa: E402
 
 # what the H100 lived on 2026-11-25 at be0108d (bench-k.txt, graphs/bench-graphs-on.txt, parallel-*.txt, batch-k/):
 # medians over the built-in suite of each prompt's speedup over target-only; the suite as one batch over one at a time
@@ -97,16 +99,49 @@ def fit(table: CostTable, outs: dict, ids: list[str]) -> CostTable:
     return best[1]
 
 
+def ngram_runs(prompt: list[int], output: list[int], k_max: int = 16) -> list[int]:
+    """How far the n-gram drafter's proposal at each output position runs right (the drafter stepped one token at a
+    time): what a policy that knew each proposal's worth could verify of it."""
+    drafter, seq, start, runs = NgramDrafter(), [*prompt, *output], len(prompt), []
+    drafter.begin(prompt)
+    for pos in range(len(output)):
+        here = start + pos
+        proposal = drafter.propose(seq[:here], k_max).tokens
+        n = next((i for i, (a, b) in enumerate(zip(proposal, seq[here:], strict=False)) if a != b),
+                 min(len(proposal), len(seq) - here))
+        runs.append(min(n, len(output) - pos - 1))
+        drafter.accept(seq[: here + 1], 0)
+    return runs
+
+
 def ceiling(table: CostTable, outs: dict, prompts: list) -> None:
-    """On grounded prompts: adaptive now, the best fixed k chosen per prompt in hindsight (what this drafter can reach
-    with any one length), and the oracle lookup (what any lookup could)."""
+    """Each goal against what the measured passes allow. On grounded prompts, one at a time: adaptive now, the best
+    fixed k per prompt in hindsight, the n-gram's own proposals verified as far as each runs right (a policy that
+    knew), a lookup keyed on the last token that picks the right occurrence, and any lookup (the oracle); all priced
+    with pass shapes (a change of size costs what the table says). As one batch: plain, n-gram, drafts that are
+    always right (the oracle's, adaptive and k = 15)."""
     ids = [p.id for p in prompts if p.category == "grounded"]
     by_k = [per_prompt(table, outs, ids, k, shapes=True) for k in range(1, 16)]
-    hindsight = statistics.median(max(row[i] for row in by_k) for i in ids)
-    adaptive = statistics.median(per_prompt(table, outs, ids, None, shapes=True).values())
-    oracle = statistics.median(per_prompt(table, outs, ids, None, shapes=False, drafter="oracle").values())
-    print(f"grounded, {len(ids)} prompts, medians over target-only: adaptive {adaptive:.2f}x, the best fixed k per "
-          f"prompt in hindsight {hindsight:.2f}x, the oracle lookup {oracle:.2f}x")
+    rows = {"adaptive n-gram": per_prompt(table, outs, ids, None, shapes=True),
+            "the best fixed k per prompt, in hindsight": {i: max(row[i] for row in by_k) for i in ids}}
+    plain = {i: replay("none", *outs[i][:2], table, eog=outs[i][2]).decode_seconds for i in ids}
+    knew = {i: plain[i] / fastest_schedule(ngram_runs(*outs[i][:2]), table, 17, eog=outs[i][2])[0] for i in ids}
+    rows["the n-gram's proposals, each verified as far as it runs right"] = knew
+    for label, suffix in [("a lookup keyed on the last token, the right occurrence", 1), ("any lookup (oracle)", 0)]:
+        rows[label] = {i: plain[i] / replay_oracle(*outs[i][:2], table, eog=outs[i][2], min_suffix=suffix)
+                       .decode_seconds for i in ids}
+    print(f"grounded, {len(ids)} prompts, one at a time, medians over target-only on {table.source}:\n")
+    for label, by in rows.items():
+        print(f"| {label} | {statistics.median(by.values()):.2f}x |")
+    known = [Known(*outs[p.id]) for p in prompts]
+    single = batch_rate(table, known, "none", 1, None, shapes=False)
+    print("\nthe suite as one batch, tok/s ÷ one at a time target-only:\n")
+    print("| lanes | plain | n-gram | always-right drafts, adaptive | always-right drafts, k = 15 |")
+    print("|---|---|---|---|---|")
+    for lanes in (8, 16):
+        cells = [batch_rate(table, known, d, lanes, k, shapes=True)
+                 for d, k in [("none", None), ("ngram", None), ("oracle", None), ("oracle", 15)]]
+        print(f"| {lanes} | " + " | ".join(f"{c / single:.2f}x" for c in cells) + " |")
 
 
 def compare(table: CostTable, outs: dict, prompts: list) -> None:
@@ -144,7 +179,7 @@ def main() -> None:
     ap.add_argument("--suite", type=Path, action="append",
                     help="JSONL suite instead of the built-in one (repeatable; the shared prompts are held out)")
     ap.add_argument("--fit", action="store_true", help="fit host time and capture to the live H100 figures")
-    ap.add_argument("--ceiling", action="store_true", help="grounded prompts: adaptive against what the drafter allows")
+    ap.add_argument("--ceiling", action="store_true", help="grounded prompts and batches: what the passes allow")
     args = ap.parse_args()
     prompts = [p for s in (args.suite or [None]) for p in load_suite(s).prompts]
     outs = outputs(prompts)
