@@ -12,6 +12,7 @@ pass its own size, as at be0108d), "now" with the sizes the table's device keeps
     .venv/bin/python scripts/gpu_replay.py --fit              # fit host time and capture to the live figures
     .venv/bin/python scripts/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
     .venv/bin/python scripts/gpu_replay.py --ceiling          # each goal against what the passes allow
+    .venv/bin/python scripts/gpu_replay.py --host             # the Python work per pass, timed on this machine
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import itertools
 import statistics
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -144,6 +146,21 @@ def ceiling(table: CostTable, outs: dict, prompts: list) -> None:
         print(f"| {lanes} | " + " | ".join(f"{c / single:.2f}x" for c in cells) + " |")
 
 
+def host(table: CostTable, outs: dict, prompts: list) -> None:
+    """The Python work of a pass, timed here: a replay runs the scheduler, the policies, the drafters and the
+    verification as a live run does, only the decode is priced instead of run; fastest of 7."""
+    known = [Known(*outs[p.id]) for p in prompts]
+    for lanes in (1, 8, 16):
+        best, got = float("inf"), None
+        for _ in range(7):
+            t0 = time.perf_counter()
+            got = replay_batch("ngram", known, table, lanes)
+            best = min(best, time.perf_counter() - t0)
+        assert got is not None
+        print(f"n-gram, {lanes} lane(s): {got.passes} passes, {1e3 * best / got.passes:.3f} ms of Python a pass, "
+              f"{1e6 * best / got.generated_tokens:.1f} µs a token")
+
+
 def compare(table: CostTable, outs: dict, prompts: list) -> None:
     ids = [p.id for p in prompts]
     cats = sorted({p.category for p in prompts})
@@ -180,6 +197,7 @@ def main() -> None:
                     help="JSONL suite instead of the built-in one (repeatable; the shared prompts are held out)")
     ap.add_argument("--fit", action="store_true", help="fit host time and capture to the live H100 figures")
     ap.add_argument("--ceiling", action="store_true", help="grounded prompts and batches: what the passes allow")
+    ap.add_argument("--host", action="store_true", help="time the Python work per pass (this machine, no decode)")
     args = ap.parse_args()
     prompts = [p for s in (args.suite or [None]) for p in load_suite(s).prompts]
     outs = outputs(prompts)
@@ -194,6 +212,9 @@ def main() -> None:
         return
     if args.ceiling:
         ceiling(table, outs, prompts)
+        return
+    if args.host:
+        host(table, outs, prompts)
         return
     compare(table, outs, prompts)
 

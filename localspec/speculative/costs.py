@@ -117,15 +117,17 @@ class PassCosts:
         seen = {m: s * level for m, s in self.calibrated.items()}
         seen.update({m: s for m, (s, _) in self._own.items()})
         sizes = sorted(seen)
-        slope = _top_slope(seen, sizes)
+        slope: float | None = None
         curve = [0.0] * (n_max + 1)
-        i = 0  # sizes[i] is the first measured size >= n
+        i, count = 0, len(sizes)  # sizes[i] is the first measured size >= n
         for n in range(1, n_max + 1):
-            while i < len(sizes) and sizes[i] < n:
+            figure = seen.get(n)
+            if figure is not None:
+                curve[n] = figure
+                continue
+            while i < count and sizes[i] < n:
                 i += 1
-            if i < len(sizes) and sizes[i] == n:
-                curve[n] = seen[n]
-            elif 0 < i < len(sizes):
+            if 0 < i < count:
                 below, above = sizes[i - 1], sizes[i]
                 curve[n] = seen[below] + (seen[above] - seen[below]) * (n - below) / (above - below)
             elif i:
@@ -133,6 +135,8 @@ class PassCosts:
                 # upper half goes on. Not each size's share of the largest: a GPU's rows get cheaper by the hundred
                 # (8 sequences: 12 ms for 64 rows, 22 ms for 128, against 4.3 ms for 17), and so do a CPU's
                 top = sizes[-1]
+                if slope is None:
+                    slope = _top_slope(seen, sizes)
                 curve[n] = seen[top] + slope * (n - top)
             else:
                 # below the smallest size measured: about a fifth of a single pass per token less (CPU, LM-head
