@@ -39,25 +39,16 @@ def test_one_slow_pass_changes_nothing() -> None:
 
 
 def test_the_curve_between_and_beyond_measured_sizes() -> None:
-    # linear between measured sizes; past the largest, the slope of the upper half goes on (a batch's passes of
-    # hundreds of rows: not each size's share of the largest, which priced a GPU's 128 rows at 1.5x what they cost);
-    # below the smallest, never less than its share per row; large sizes asked for after small ones priced the same
+    # linear between measured sizes; outside them a fifth of a single pass per row, but never less than the nearest
+    # measured size's share per row; and a batch's large sizes, asked for after small ones, priced the same
     costs = PassCosts({1: 1.0, 4: 1.3, 8: 1.6})  # a GPU's: flat
     assert [costs(n) for n in (1, 2, 3, 4, 6, 8)] == pytest.approx([1.0, 1.1, 1.2, 1.3, 1.45, 1.6])
-    assert costs(300) == pytest.approx(1.6 + 0.075 * 292)
+    assert costs(300) == pytest.approx(1.6 + 0.2 * 292)
+    assert PassCosts({1: 1.0, 8: 3.0})(300) == pytest.approx(3.0 * 300 / 8)  # more than 3.0 + 0.2 * 292
+    assert PassCosts({4: 2.0, 8: 3.0})(2) == pytest.approx(2.0 - 0.2 * 2.0 * 2)
     assert PassCosts({8: 3.0, 16: 5.0})(1) == pytest.approx(3.0 / 8)  # its share: more than 3.0 - 0.2 * 3.0 * 7
     fresh = PassCosts({1: 1.0, 4: 1.3, 8: 1.6})
     assert fresh(300) == costs(300) and fresh(5) == costs(5)
-
-
-def test_past_the_calibration_live_passes_set_the_slope() -> None:
-    """A batch's large passes teach their own figures, and the curve beyond them follows their slope."""
-    costs = PassCosts({n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)})
-    for _ in range(MIN_PASSES):
-        costs.update(40, 10.0)
-        costs.update(80, 14.0)  # rows get cheaper by the hundred
-    assert costs(40) == pytest.approx(10.0) and costs(60) == pytest.approx(12.0)
-    assert costs(160) == pytest.approx(14.0 + 0.1 * 80)
 
 
 def test_the_measured_shape_is_kept_not_flattened() -> None:

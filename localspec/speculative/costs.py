@@ -117,7 +117,6 @@ class PassCosts:
         seen = {m: s * level for m, s in self.calibrated.items()}
         seen.update({m: s for m, (s, _) in self._own.items()})
         sizes = sorted(seen)
-        slope: float | None = None
         curve = [0.0] * (n_max + 1)
         i, count = 0, len(sizes)  # sizes[i] is the first measured size >= n
         for n in range(1, n_max + 1):
@@ -130,33 +129,16 @@ class PassCosts:
             if 0 < i < count:
                 below, above = sizes[i - 1], sizes[i]
                 curve[n] = seen[below] + (seen[above] - seen[below]) * (n - below) / (above - below)
-            elif i:
-                # past what was measured (a batch's passes of hundreds of rows): the slope of the measured curve's
-                # upper half goes on. Not each size's share of the largest: a GPU's rows get cheaper by the hundred
-                # (8 sequences: 12 ms for 64 rows, 22 ms for 128, against 4.3 ms for 17), and so do a CPU's
-                top = sizes[-1]
-                if slope is None:
-                    slope = _top_slope(seen, sizes)
-                curve[n] = seen[top] + slope * (n - top)
             else:
-                # below the smallest size measured: about a fifth of a single pass per token less (CPU, LM-head
-                # bound), and never less than that size's share per token
-                ref = sizes[0]
+                ref = sizes[i - 1] if i else sizes[0]
+                # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound),
+                # and never less than that size's share per token. Past the largest size (a batch's passes) this
+                # prices rows dearer than they are (this CPU: 128 rows ~700 ms against 524-559 measured; an H100
+                # 32 ms against 22), but pricing them nearer the truth, by the slope of the curve's top or measured,
+                # made a server's passes grow and its first tokens wait longer here for no more tokens a second
+                # (docs/performance.md, "Pass shapes, continued")
                 curve[n] = max(seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref), seen[ref] * n / ref)
         self._curve = curve
-
-
-def _top_slope(seen: dict[int, float], sizes: list[int]) -> float:
-    """Seconds per extra row over the upper half of the measured sizes (least squares: one noisy size does not set
-    it), at least a twentieth of the smallest size's cost per row."""
-    top = [m for m in sizes if m >= sizes[-1] / 2] if sizes else []
-    floor = seen[sizes[0]] / sizes[0] / 20 if sizes else 0.0
-    if len(top) < 2:
-        return max(floor, 0.2 * seen.get(1, seen[sizes[-1]]) if sizes else 0.0)
-    mx = sum(top) / len(top)
-    my = sum(seen[m] for m in top) / len(top)
-    slope = sum((m - mx) * (seen[m] - my) for m in top) / sum((m - mx) ** 2 for m in top)
-    return max(floor, slope)
 
 
 def auto_parallel(costs: PassCosts, limit: int) -> int:
