@@ -16,7 +16,7 @@ from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.scheduler import Job, Scheduler
-from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE, STEADY, Depths, Shapes, Warmup, choose, pad
+from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE, STEADY, Depths, Shapes, Warmup, choose, pad, stretch
 from tests.toy import ToyContext, ToyLanes, ToyModel, plain_greedy
 
 TARGET = ToyModel(seed=1)
@@ -103,6 +103,16 @@ def _shaped(k: int | None) -> DraftPolicy:
     policy = DraftPolicy(k_max=8, fixed=k, shapes=KEPT)
     policy.calibrate(STEADY_S)
     return policy
+
+
+def test_a_draft_outgrows_the_kept_size_only_where_its_record_pays_for_the_change() -> None:
+    seconds = STEADY_S.__getitem__
+    always = [float(j) for j in range(13)]  # a kind right so far for every token it drafted: 12 tokens proposed
+    rarely = [0.0, 0.3, 0.39, 0.42, *[0.43] * 9]  # a kind that seldom goes past its first token
+    # the kept size is 4 rows (depth 3), whose passes make 2.5 tokens
+    assert stretch(3, always, seconds, KEPT.change_cost, 2.5) == 12
+    assert stretch(3, rarely, seconds, KEPT.change_cost, 2.5) == 3
+    assert stretch(3, always[:4], seconds, KEPT.change_cost, 2.5) == 3  # nothing proposed past the kept size
 
 
 @pytest.mark.parametrize("k", [None, 2, 3, 7])

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from localspec.drafters.base import Draft, Drafter
 from localspec.speculative.costs import PassCosts
-from localspec.speculative.shapes import STEADY, Depths, Shapes, Warmup, choose, pad
+from localspec.speculative.shapes import STEADY, Depths, Shapes, Warmup, choose, pad, stretch
 from localspec.speculative.tree import trie_sizes
 
 _DECAY = 0.95  # weight of the past in each running estimate
@@ -249,24 +249,12 @@ class DraftPolicy:
         return self._burst(draft, self.size - 1)
 
     def _burst(self, draft: Draft, depth: int) -> int:
-        """``depth``, or a longer one for this pass alone where the draft's kind has run far enough before to pay for
-        a pass without a graph and the way back to the kept size: a copy that has been right for 10 tokens is worth
-        one unsteady pass of 11 rows, not three steady passes of 4."""
+        """``depth``, or longer for this pass alone where the kind has run far enough before (shapes.stretch)."""
         n = min(len(draft), self.k_max, self._room)
-        if n <= depth:
+        if n <= depth or self.depths is None:
             return depth
-        assert self.depths is not None
-        expected = self._survival_of(draft.kind).expected_accepted(n)
-        steady = self._rate_seconds(depth + 1)
-        per_token = steady / max(1.0, self.depths.expected(depth))  # what the kept size pays for a token
-        back = self.shapes.change_cost(depth + 1)
-        best, best_gain = depth, 0.0
-        for d in range(depth + 1, n + 1):
-            extra = self._rate_seconds(d + 1) + self.shapes.change_cost(d + 1) + back - steady
-            gain = (expected[d] - expected[depth]) * per_token - extra
-            if gain > best_gain:
-                best, best_gain = d, gain
-        return best
+        return stretch(depth, self._survival_of(draft.kind).expected_accepted(n), self._rate_seconds,
+                       self.shapes.change_cost, self.depths.expected(depth))
 
     def _rate_seconds(self, rows: int) -> float:
         return self.costs(rows) if self.costs.known() else float(rows)

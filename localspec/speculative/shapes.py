@@ -169,3 +169,20 @@ def choose(
         if size != current and saving > best_saving:
             best, best_saving = size, saving
     return best
+
+
+def stretch(depth: int, expected: Sequence[float], seconds: Callable[[int], float],
+            change_cost: Callable[[int], float], made: float) -> int:
+    """The draft depth for one pass: the kept ``depth``, or a longer one where the tokens a draft is ``expected`` to
+    have accepted at each depth (from its kind's record) pay for a pass of that size without a graph and the change
+    back to the kept size, at what the kept size pays for a token (``made``: the tokens its passes make). A copy that
+    has been right for 10 tokens is worth one unsteady pass of 11 rows, not three steady passes of 4."""
+    steady = seconds(depth + 1)
+    per_token = steady / max(1.0, made)
+    back = change_cost(depth + 1)
+    best, best_gain = depth, 0.0
+    for d in range(depth + 1, len(expected)):
+        gain = (expected[d] - expected[depth]) * per_token - (seconds(d + 1) + change_cost(d + 1) + back - steady)
+        if gain > best_gain:
+            best, best_gain = d, gain
+    return best
