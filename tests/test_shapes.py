@@ -110,9 +110,9 @@ def test_a_draft_outgrows_the_kept_size_only_where_its_record_pays_for_the_chang
     always = [float(j) for j in range(13)]  # a kind right so far for every token it drafted: 12 tokens proposed
     rarely = [0.0, 0.3, 0.39, 0.42, *[0.43] * 9]  # a kind that seldom goes past its first token
     # the kept size is 4 rows (depth 3), whose passes make 2.5 tokens
-    assert stretch(3, always, seconds, KEPT.change_cost, 2.5) == 12
-    assert stretch(3, rarely, seconds, KEPT.change_cost, 2.5) == 3
-    assert stretch(3, always[:4], seconds, KEPT.change_cost, 2.5) == 3  # nothing proposed past the kept size
+    assert stretch(3, always, seconds, KEPT, 2.5) == 12
+    assert stretch(3, rarely, seconds, KEPT, 2.5) == 3
+    assert stretch(3, always[:4], seconds, KEPT, 2.5) == 3  # nothing proposed past the kept size
 
 
 @pytest.mark.parametrize("k", [None, 2, 3, 7])

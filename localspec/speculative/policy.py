@@ -43,6 +43,9 @@ _PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior (the pre
 # the lowest prompt's trees ÷ chain is what these guard)
 _TREE_MARGIN = 1.1
 _TREE_EVIDENCE = 4.0
+# A longer pass for one draft (shapes.stretch) goes only as deep as its kind has been checked this often (decayed):
+# 4 left it never taken on the replayed suites; none bet 16 rows on a kind only ever checked 2 deep
+_STRETCH_EVIDENCE = 2.0
 
 
 @dataclass(slots=True)
@@ -250,11 +253,14 @@ class DraftPolicy:
 
     def _burst(self, draft: Draft, depth: int) -> int:
         """``depth``, or longer for this pass alone where the kind has run far enough before (shapes.stretch)."""
-        n = min(len(draft), self.k_max, self._room)
+        survival = self._survival_of(draft.kind)
+        # only as deep as the kind has been checked: past that its estimate is the last position's, again and again
+        seen = next((j for j, r in enumerate(survival.reached) if r < _STRETCH_EVIDENCE), len(survival.reached))
+        n = min(len(draft), self.k_max, self._room, seen)
         if n <= depth or self.depths is None:
             return depth
-        return stretch(depth, self._survival_of(draft.kind).expected_accepted(n), self._rate_seconds,
-                       self.shapes.change_cost, self.depths.expected(depth))
+        return stretch(depth, survival.expected_accepted(n), self._rate_seconds, self.shapes,
+                       self.depths.expected(depth))
 
     def _rate_seconds(self, rows: int) -> float:
         return self.costs(rows) if self.costs.known() else float(rows)

@@ -52,11 +52,13 @@ class Warmup:
 
 @dataclass(frozen=True, slots=True)
 class Shapes:
-    """A device's pass sizes, ascending (empty: any size, as on a CPU), and the seconds a change to each costs
-    beyond its steady passes (the pass without a graph plus the pass that captures one)."""
+    """A device's pass sizes, ascending (empty: any size, as on a CPU), the seconds a change to each costs beyond its
+    steady passes (the pass without a graph plus the pass that captures one), and what one pass of a size costs
+    beyond its steady pass when it runs without a graph (a one-off pass: no capture follows)."""
 
     sizes: tuple[int, ...] = ()
     penalty: Mapping[int, float] = field(default_factory=dict)
+    unsteady: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -69,13 +71,11 @@ class Shapes:
     def change_cost(self, size: int) -> float:
         """What changing to ``size`` costs: measured, else as the nearest measured size below it (``learn`` fills
         in every kept size, so the policy's choice is a lookup)."""
-        if size in self.penalty:
-            return self.penalty[size]
-        known = sorted(self.penalty)
-        if not known:
-            return 0.0
-        below = [s for s in known if s <= size]
-        return self.penalty[below[-1] if below else known[0]]
+        return _nearest(self.penalty, size)
+
+    def one_pass_cost(self, size: int) -> float:
+        """What one pass of ``size`` without a graph costs beyond a steady one (measured, else as the nearest below)."""
+        return _nearest(self.unsteady, size)
 
     @classmethod
     def learn(cls, steady: Mapping[int, float], after_change: Mapping[int, float], capture: Mapping[int, float],
@@ -93,7 +93,19 @@ class Shapes:
         sizes |= {n for n in steady if n + 1 in steady and steady[n + 1] >= _KNEE * steady[n]}
         kept = tuple(sorted(s for s in sizes if s <= n_max))
         measured = cls(kept, penalty)
-        return cls(kept, {**{s: measured.change_cost(s) for s in kept}, **penalty})
+        unsteady = {n: max(0.0, after_change[n] - steady[n]) for n in steady if n in after_change}
+        return cls(kept, {**{s: measured.change_cost(s) for s in kept}, **penalty}, unsteady)
+
+
+def _nearest(table: Mapping[int, float], size: int) -> float:
+    """``table`` at ``size``, else at the nearest size below it it has (the smallest it has, below them all)."""
+    if size in table:
+        return table[size]
+    known = sorted(table)
+    if not known:
+        return 0.0
+    below = [s for s in known if s <= size]
+    return table[below[-1] if below else known[0]]
 
 
 def pad(tokens: Sequence[int], proposal: Sequence[int], history: Sequence[int], depth: int) -> list[int]:
@@ -171,18 +183,19 @@ def choose(
     return best
 
 
-def stretch(depth: int, expected: Sequence[float], seconds: Callable[[int], float],
-            change_cost: Callable[[int], float], made: float) -> int:
+def stretch(depth: int, expected: Sequence[float], seconds: Callable[[int], float], shapes: Shapes,
+            made: float) -> int:
     """The draft depth for one pass: the kept ``depth``, or a longer one where the tokens a draft is ``expected`` to
     have accepted at each depth (from its kind's record) pay for a pass of that size without a graph and the change
     back to the kept size, at what the kept size pays for a token (``made``: the tokens its passes make). A copy that
     has been right for 10 tokens is worth one unsteady pass of 11 rows, not three steady passes of 4."""
     steady = seconds(depth + 1)
     per_token = steady / max(1.0, made)
-    back = change_cost(depth + 1)
+    back = shapes.change_cost(depth + 1)
     best, best_gain = depth, 0.0
     for d in range(depth + 1, len(expected)):
-        gain = (expected[d] - expected[depth]) * per_token - (seconds(d + 1) + change_cost(d + 1) + back - steady)
+        extra = seconds(d + 1) + shapes.one_pass_cost(d + 1) + back - steady
+        gain = (expected[d] - expected[depth]) * per_token - extra
         if gain > best_gain:
             best, best_gain = d, gain
     return best
