@@ -7,7 +7,9 @@
 #   2. Adaptive against fixed draft lengths, and token trees, on the built-in suite (`bench`, 3 rounds).
 #   3. The batch scheduler: the suite as one batch of auto / 8 / 16 sequences beside one at a time.
 #   4. What a pass over several sequences costs (scripts/lane_pass_costs.py), and the server under load.
-#   5. A cProfile of the suite with n-gram drafts, one at a time and as one batch (where host time per pass goes).
+#   5. A cProfile of the suite with n-gram drafts, one at a time and as one batch (where host time per pass goes),
+#      and the Python work of a pass on this host without a profiler (scripts/gpu_replay.py --host: compare it with
+#      the figures in docs/performance.md, timed on the CPU machines).
 #   6. Pass shapes: steady passes against passes right after a change of size (one sequence: calibrate --shapes;
 #      lanes: lane_pass_costs.py --after-change), CUDA graphs on and off (GGML_CUDA_DISABLE_GRAPHS=1, the control).
 #   Before/after a change: run the same steps at both commits on one warm machine (scripts/at_commit).
@@ -96,4 +98,7 @@ pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
 pstats.Stats(prof).sort_stats("tottime").print_stats(30)
 EOF
   echo "rc=$?" | tee -a "$OUT/log.txt"; head -n 3 "$OUT/prof.txt"
+  step "the Python work of a pass on this host (no profiler)"
+  timeout 300 $py scripts/gpu_replay.py --host > "$OUT/host.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"
+  cat "$OUT/host.txt"
 fi
