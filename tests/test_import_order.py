@@ -89,6 +89,7 @@ def test_importing_localspec_as_a_library_loads_llama_cpp_before_numpy(module):
         ("path", "scripts/chat_vs_run.py", "--help"),
         ("path", "scripts/lookup_oracle.py", "--help"),
         ("path", "scripts/decode_ceiling.py", "--help"),
+        ("path", "scripts/gpu_replay.py", "--help"),
     ],
     ids=lambda argv: " ".join(Path(a).name if "/" in a else a for a in argv),
 )
