@@ -13,6 +13,7 @@ pass its own size, as at be0108d), "now" with the sizes the table's device keeps
     .venv/bin/python scripts/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
     .venv/bin/python scripts/gpu_replay.py --ceiling          # each goal against what the passes allow
     .venv/bin/python scripts/gpu_replay.py --host             # the Python work per pass, timed on this machine
+    .venv/bin/python scripts/gpu_replay.py --host --code bench-out/at/d5deebfcce1a   # ... as at another commit
 """
 
 from __future__ import annotations
@@ -26,20 +27,14 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+if "--code" in sys.argv[:-1]:  # localspec from another tree (before the imports below): before/after timings
+    sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--code") + 1]).resolve()))
 
 from replay_tables import outputs  # noqa: E402
 
-from localspec.bench.replay import (  # noqa: E402
-    CostTable,
-    Known,
-    fastest_schedule,
-    load_cost_table,
-    replay,
-    replay_batch,
-    replay_oracle,
-)
+from localspec.bench.replay import CostTable, Known, load_cost_table, replay, replay_batch, replay_oracle  # noqa: E402
 from localspec.bench.suite import load_suite  # noqa: E402
-from localspec.drafters.ngram import NgramDrafter  # noqa: E402
 
 # what the H100 lived on 2026-11-25 at be0108d (bench-k.txt, graphs/bench-graphs-on.txt, parallel-*.txt, batch-k/):
 # medians over the built-in suite of each prompt's speedup over target-only; the suite as one batch over one at a time
@@ -104,6 +99,8 @@ def fit(table: CostTable, outs: dict, ids: list[str]) -> CostTable:
 def ngram_runs(prompt: list[int], output: list[int], k_max: int = 16) -> list[int]:
     """How far the n-gram drafter's proposal at each output position runs right (the drafter stepped one token at a
     time): what a policy that knew each proposal's worth could verify of it."""
+    from localspec.drafters.ngram import NgramDrafter
+
     drafter, seq, start, runs = NgramDrafter(), [*prompt, *output], len(prompt), []
     drafter.begin(prompt)
     for pos in range(len(output)):
@@ -122,6 +119,8 @@ def ceiling(table: CostTable, outs: dict, prompts: list) -> None:
     knew), a lookup keyed on the last token that picks the right occurrence, and any lookup (the oracle); all priced
     with pass shapes (a change of size costs what the table says). As one batch: plain, n-gram, drafts that are
     always right (the oracle's, adaptive and k = 15)."""
+    from localspec.bench.replay import fastest_schedule
+
     ids = [p.id for p in prompts if p.category == "grounded"]
     by_k = [per_prompt(table, outs, ids, k, shapes=True) for k in range(1, 16)]
     rows = {"adaptive n-gram": per_prompt(table, outs, ids, None, shapes=True),
@@ -149,6 +148,9 @@ def ceiling(table: CostTable, outs: dict, prompts: list) -> None:
 def host(table: CostTable, outs: dict, prompts: list) -> None:
     """The Python work of a pass, timed here: a replay runs the scheduler, the policies, the drafters and the
     verification as a live run does, only the decode is priced instead of run; fastest of 7."""
+    import localspec
+
+    print(f"localspec from {Path(localspec.__file__).parent}")
     known = [Known(*outs[p.id]) for p in prompts]
     for lanes in (1, 8, 16):
         best, got = float("inf"), None
@@ -198,6 +200,8 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true", help="fit host time and capture to the live H100 figures")
     ap.add_argument("--ceiling", action="store_true", help="grounded prompts and batches: what the passes allow")
     ap.add_argument("--host", action="store_true", help="time the Python work per pass (this machine, no decode)")
+    ap.add_argument("--code", type=Path, help="import localspec from this tree instead (a worktree of another "
+                    "commit, as scripts/at_commit makes: bench-out/at/COMMIT), for before/after --host timings")
     args = ap.parse_args()
     prompts = [p for s in (args.suite or [None]) for p in load_suite(s).prompts]
     outs = outputs(prompts)
