@@ -8,7 +8,6 @@ speedup on an open-ended prompt.
 
     .venv/bin/python scripts/replay_tables.py [--suite FILE ...] [--tables h100,epyc-avx2-2t,spr-2t]
     .venv/bin/python scripts/replay_tables.py --validate LIVE.json   # replay vs the live runs in LIVE.json
-    .venv/bin/python scripts/replay_tables.py --fit LIVE.json        # fit a table's step overhead to them
     .venv/bin/python scripts/replay_tables.py --trees               # token trees (--branches 4) against one chain
 """
 
@@ -202,30 +201,6 @@ def validate(table: CostTable, live: dict, prompts: list[BenchPrompt], outs: dic
         print(f"| {col} | {lived:.2f}x | {replayed:.2f}x | {replayed / lived:.2f} |")
 
 
-def fit(table: CostTable, live: dict, prompts: list[BenchPrompt], outs: dict) -> CostTable:
-    """``table`` with the step overhead that brings replayed fixed-k speedups closest to the lived ones. A plain step's
-    overhead is the lived target-only cost per token minus the bare single pass; a speculative step adds a fixed
-    part and a part per token in the pass, fitted."""
-    have = {p.id for p in prompts}
-    pairs = [(k, r["prompt_id"], r["speedup"]) for k, runs in _live_by_policy(live).items() if k != "adaptive"
-             for r in runs if r["prompt_id"] in have]
-    base = live["target_only_ms_per_token_median"] / 1e3 - table.bare(1)
-    best: tuple[float, CostTable] | None = None
-    for draft_us in range(0, 1001, 25):
-        for per_us in range(0, 201, 10):
-            t = replace(table, overhead_base=base - per_us * 1e-6, overhead_draft=draft_us * 1e-6,
-                        overhead_per_token=per_us * 1e-6)
-            err = sum((speedup(t, *outs[p], k=k) / lived - 1) ** 2 for k, p, lived in pairs)
-            if best is None or err < best[0]:
-                best = (err, t)
-    assert best is not None
-    err, t = best
-    print(f"step overhead fitted to {len(pairs)} live runs: {t.overhead_base * 1e3:.3f} ms per step, "
-          f"+{t.overhead_draft * 1e3:.3f} ms when it verifies a draft, +{t.overhead_per_token * 1e3:.3f} ms per token "
-          f"(rms relative error of the speedups {(err / len(pairs)) ** 0.5:.1%})")
-    return t
-
-
 def _live_by_policy(live: dict) -> dict[str | int, list[dict]]:
     out: dict[str | int, list[dict]] = {}
     for r in live["runs"]:
@@ -239,7 +214,6 @@ def main() -> None:
                     help="JSONL suite (repeatable). Default: the built-in suite and ../shared/bench/prompts.jsonl")
     ap.add_argument("--tables", default=",".join(sorted(shipped_tables())))
     ap.add_argument("--validate", type=Path, help="live runs to compare the replay with (h100-live format)")
-    ap.add_argument("--fit", type=Path, help="live runs to fit the first table's step overhead to")
     ap.add_argument("--bare", action="store_true", help="ignore the tables' step overhead (price bare passes)")
     ap.add_argument("--trees", action="store_true", help="token trees (up to 4 candidates) against one chain")
     args = ap.parse_args()
@@ -248,14 +222,10 @@ def main() -> None:
     outs = outputs(prompts)
     tables = {name: load_cost_table(name) for name in args.tables.split(",")}
     if args.bare:
-        bare = dict(overhead_base=0.0, overhead_draft=0.0, overhead_per_token=0.0)
+        bare = dict(overhead_base=0.0, overhead_draft=0.0, overhead_per_token=0.0, overhead_per_sequence=0.0)
         tables = {n: replace(t, **bare) for n, t in tables.items()}
-    if args.fit or args.validate:
-        live = json.loads((args.fit or args.validate).read_text())
-        table = next(iter(tables.values()))
-        if args.fit:
-            table = fit(table, live, prompts, outs)
-        validate(table, live, prompts, outs)
+    if args.validate:  # (the table's host time and graph capture are fitted by scripts/gpu_replay.py --fit)
+        validate(next(iter(tables.values())), json.loads(args.validate.read_text()), prompts, outs)
         return
     if args.trees:
         judge_trees(tables, prompts, outs)

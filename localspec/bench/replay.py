@@ -5,10 +5,8 @@ be drafted again offline, with the policy calibrated on another device's pass co
 That judges a draft-length policy for an H100 on a CPU-only machine, and answers a user's "what would this buy on
 that machine".
 
-A live step costs more than the bare pass a cost table records (the step's own work, the context's settings): a
-table may carry that as ``step_overhead_seconds`` (``base`` per step, ``draft_step`` more when the pass verifies a
-draft, ``per_token`` × tokens in the pass), fitted to live runs on that device (scripts/replay_tables.py --fit).
-Without it a replay prices bare passes and overestimates.
+Each pass is priced by the table (bench/cost_table.py): by its size, by where it stands in a GPU's graph warm-up
+(the target's ``Warmup``), by how many sequences share it, plus the host time the table was fitted with.
 """
 
 from __future__ import annotations
