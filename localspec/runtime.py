@@ -114,8 +114,8 @@ class Runtime(Prompts):
                 why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
                        else "llama.cpp sizes contexts in steps of 256")
                 notices.append(f"--ctx {runtime.n_ctx} is {ctx.n_ctx} tokens here ({why})")
-            shapes = load_or_measure_shapes(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
-                                            speculation.k_max + 1, say=say, cancelled=cancelled)
+            shapes = load_or_measure_shapes(ctx, known_sha256(path), runtime.threads(), speculation.k_max + 1,
+                                            say=say, cancelled=cancelled)
             policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, branches=speculation.branches,
                                  shapes=shapes)
             drafter_name = speculation.drafter
@@ -264,8 +264,8 @@ class BatchRuntime(Prompts):
                                      say=say, cancelled=cancelled)
                 calibration = load_or_measure(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
                                               n_max, say=say, cancelled=cancelled)
-                shapes = load_or_measure_shapes(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
-                                                runtime.n_batch, say=say, cancelled=cancelled)
+                shapes = load_or_measure_shapes(probe, known_sha256(path), runtime.threads(), runtime.n_batch,
+                                                say=say, cancelled=cancelled)
             costs = PassCosts(dict(calibration.seconds))
             if parallel is None:
                 parallel = auto_parallel(costs, PARALLEL_AUTO_MAX)

@@ -222,7 +222,7 @@ def test_steady_and_after_change_passes_are_timed_and_the_cache_left_as_it_was(c
     assert set(timing.seconds) == {"after change", "capture", "steady"}
     assert all(set(by) == {1, 2} and min(by.values()) > 0 for by in timing.seconds.values())
     # a CPU runs no CUDA graphs: localspec keeps no pass sizes there, and times nothing to find that out
-    assert load_or_measure_shapes(context, "0" * 64, 2, 0, N_MAX) == Shapes()
+    assert load_or_measure_shapes(context, "0" * 64, 2, N_MAX) == Shapes()
 
 
 # ---- the same prompt, the same passes, whatever the timing noise ------------------------------------------------

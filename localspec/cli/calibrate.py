@@ -74,19 +74,20 @@ def calibrate(
         state = f"provisional: {calibration.provisional}" if calibration.provisional else "measured on a quiet machine"
         print(f"localspec: {state}; cached in {calibration.path}", file=sys.stderr)
         if shapes:
-            _print_shapes(rt, *args[1:], cancelled=cancelled)
+            _print_shapes(rt, known_sha256(rt.model.path), runtime.threads(), settings.speculation.k_max + 1,
+                          cancelled=cancelled)
 
 
-def _print_shapes(rt: Runtime, model_hash: str, threads: int, gpu_layers: int, n_max: int,
+def _print_shapes(rt: Runtime, model_hash: str, threads: int, n_max: int,
                   cancelled: Callable[[], bool]) -> None:
     """Steady passes against passes after a change of size, and the sizes localspec keeps on this device."""
     from localspec.engine.backend import graphs_in_use
     from localspec.speculative.shape_timing import load_or_measure_timing, measure_shapes
 
-    graphs = graphs_in_use(gpu_layers, rt.model.n_layer, rt.model.remote)
+    graphs = graphs_in_use(rt.model)
     # where graphs run, timed again and cached (what the runs use); elsewhere the figures only show that a change
     # costs nothing: a few sizes, one round, are enough
-    timing = load_or_measure_timing(rt.context, model_hash, threads, gpu_layers, again=True, cancelled=cancelled)
+    timing = load_or_measure_timing(rt.context, model_hash, threads, again=True, cancelled=cancelled)
     if timing is None:
         timing = measure_shapes(rt.context, (1, 2, 4), rounds=1, cancelled=cancelled)
     print("passes by where they stand in a CUDA graph's warm-up:")

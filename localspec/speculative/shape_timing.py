@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from localspec.engine import Context
-from localspec.engine.backend import graphs_in_use, offloaded_layers
+from localspec.engine.backend import graphs_in_use
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
 from localspec.speculative.calibrate import cache_path, device_name, timed_pass, timing_history
@@ -63,24 +63,24 @@ def measure_shapes(
 
 
 def load_or_measure_shapes(
-    ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int, *, again: bool = False,
+    ctx: Context, model_hash: str, threads: int, n_max: int, *, again: bool = False,
     say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
 ) -> Shapes:
     """The pass sizes this device keeps (none without CUDA graphs: a CPU, an RPC setup, graphs disabled), from a
     timing cached per model and device, or taken now (a second or so on a GPU)."""
-    timing = load_or_measure_timing(ctx, model_hash, threads, gpu_layers, again=again, say=say, cancelled=cancelled)
+    timing = load_or_measure_timing(ctx, model_hash, threads, again=again, say=say, cancelled=cancelled)
     return timing.shapes(n_max) if timing is not None else Shapes()
 
 
 def load_or_measure_timing(
-    ctx: Context, model_hash: str, threads: int, gpu_layers: int, *, again: bool = False,
+    ctx: Context, model_hash: str, threads: int, *, again: bool = False,
     say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
 ) -> ShapeTiming | None:
     """``load_or_measure_shapes``'s timing: None where no CUDA graphs run (nothing is timed there)."""
     model = ctx.model
-    if not graphs_in_use(gpu_layers, model.n_layer, model.remote) or not model.can_rollback:
+    if not graphs_in_use(model) or not model.can_rollback:
         return None
-    layers = offloaded_layers(gpu_layers, model.n_layer)
+    layers = model.gpu_layers
     path = cache_path(model_hash, device_name(layers), threads, layers, len(SIZES), what="shapes")
     timing = None if again else _read(path)
     if timing is None:
