@@ -158,12 +158,20 @@ def _get(data: Mapping[str, Any], key: str) -> Any:
     return data.get(key)
 
 
-def _unicode(text: str, param: str) -> str:
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (not valid Unicode: it cannot be written as UTF-8), else None."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise BodyError(param, f"{param} holds a lone surrogate ({text[e.start]!a} at character {e.start}): "
-                               "it is not valid Unicode; send the character it was meant to be") from None
+        return e.start
+    return None
+
+
+def _unicode(text: str, param: str) -> str:
+    at = lone_surrogate(text)
+    if at is not None:
+        raise BodyError(param, f"{param} holds a lone surrogate ({text[at]!a} at character {at}): "
+                               "it is not valid Unicode; send the character it was meant to be")
     return text
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.errors import UserError
+from localspec.openai_body import lone_surrogate
 from localspec.runtime import BatchRuntime
 from localspec.settings import (
     GenerationSettings,
@@ -176,10 +177,8 @@ def _check_types(**values: Any) -> None:
         if not ok:
             raise UserError(f"{name} must be {what}{' (or None)' if name in _OPTIONAL else ''}, got {value!r}")
     for text in values["stop"]:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UserError(f"stop {text!r} holds a lone surrogate: it is not valid Unicode") from None
+        if lone_surrogate(text) is not None:
+            raise UserError(f"stop {text!r} holds a lone surrogate: it is not valid Unicode")
 
 
 _INTS = {"parallel", "max_tokens", "top_k", "seed", "ctx", "threads", "gpu_layers", "k"}

@@ -28,7 +28,7 @@ from typing import Any
 from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.errors import UserError
-from localspec.openai_body import BodyError, loads, parse_body
+from localspec.openai_body import BodyError, loads, lone_surrogate, parse_body
 
 ENDPOINTS = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions"}
 # OpenAI's finish reasons are stop and length: a full context is a length, an interrupted answer is not written
@@ -81,7 +81,7 @@ def parse_line(line: str, n: int) -> Request | LineError:
     openai = "custom_id" in data or "body" in data
     style = ENDPOINTS.get(str(data.get("url")), "openai-chat") if openai else "plain"
     name = line_name(data.get("custom_id" if openai else "id"), n)
-    if not _encodable(name):  # its error record could not be written under it
+    if lone_surrogate(name) is not None:  # its error record could not be written under it
         return LineError(f"line-{n}", n, f"line {n}: its id holds a lone surrogate: not valid Unicode", style)
     try:
         if openai:
@@ -96,14 +96,6 @@ def line_name(raw: Any, n: int) -> str:
     if raw is None:
         return f"line-{n}"
     return raw if isinstance(raw, str) else json.dumps(raw)
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _openai(data: Mapping[str, Any], name: str, n: int) -> Request:
