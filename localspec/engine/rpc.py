@@ -176,13 +176,6 @@ def local_devices() -> list[tuple[str, str]]:
             for d in found]
 
 
-def describe(device: int) -> str:
-    ggml = ggml_lib()
-    name = ggml.ggml_backend_dev_name(device) or b"?"
-    where = ggml.ggml_backend_dev_description(device) or b"?"
-    return f"{name.decode()} ({where.decode()})"
-
-
 def _recv(sock: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
