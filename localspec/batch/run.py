@@ -76,9 +76,8 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     generation = GenerationSettings(
         max_tokens=request.max_tokens if request.max_tokens is not None else settings.generation.max_tokens,
         stop=request.stop if request.stop is not None else settings.generation.stop,
-        max_tokens_cap=settings.generation.max_tokens_cap,
     )
-    cap = generation.max_tokens_cap
+    cap = settings.generation.max_tokens_cap
     if cap is not None and request.max_tokens is not None and request.max_tokens > cap:
         raise BodyError("max_tokens", f"max_tokens must be at most {cap}, the cap this runs with "
                                       f"(--max-tokens-cap), got {request.max_tokens}")
