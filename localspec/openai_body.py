@@ -17,15 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from localspec.batch.request import Request
+from localspec.batch.request import STYLES, Request
 from localspec.engine.chat import Message
 from localspec.errors import UserError
-from localspec.settings import TEMPERATURE_MAX
+from localspec.settings import MODEL_FREE_DRAFTERS, TEMPERATURE_MAX
 
 Kind = Literal["chat", "completion"]
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-# many sequences share one pass, so only drafters that need no model of their own (a context per sequence)
-DRAFTERS = ("none", "ngram", "auto")
 K_MAX = 16
 STOPS_MAX = 4
 
@@ -105,15 +103,24 @@ def parse_body(data: object, kind: Kind | None, id: str, *, style: str = "plain"
                 include_usage=bool(_flag(stream_options or {}, "include_usage", "stream_options.include_usage")))
 
 
-def check_text(request: Request) -> None:
-    """Every text of ``request`` is valid Unicode: JSON's ``\\ud800`` escape gives Python a lone surrogate, which
-    no tokenizer (and no UTF-8 file) can take."""
-    if request.prompt is not None:
-        _unicode(request.prompt, "prompt")
-    for i, message in enumerate(request.messages or ()):
-        _unicode(message.content, f"messages.{i}.content")
-    for i, stop in enumerate(request.stop or ()):
-        _unicode(stop, f"stop.{i}")
+def check_request(request: Request) -> Request:
+    """A Request built in Python (``localspec.generate_many``), read as the same line would be: one reader, so
+    neither a k past K_MAX, a missing prompt, a drafter that needs a model nor a lone surrogate gets past it."""
+    if not isinstance(request.id, str):
+        raise BodyError("id", f"a request's id must be a string, got {request.id!r}")
+    if request.style not in STYLES:
+        raise BodyError("style", f"style must be one of {', '.join(STYLES)}, got {request.style!r}")
+    messages = request.messages
+    if messages is not None:
+        if not isinstance(messages, (tuple, list)) or not all(isinstance(m, Message) for m in messages):
+            raise BodyError("messages", "a Request's messages must be a tuple of localspec Message(role, content)")
+        messages = [{"role": m.role, "content": m.content} for m in messages]
+    fields = {"prompt": request.prompt, "messages": messages, "max_tokens": request.max_tokens,
+              "temperature": request.temperature, "top_p": request.top_p, "top_k": request.top_k,
+              "min_p": request.min_p, "seed": request.seed,
+              "stop": list(request.stop) if isinstance(request.stop, tuple) else request.stop,
+              "speculation": {"drafter": request.drafter, "k": request.k}}
+    return parse_body(fields, None, request.id, style=request.style, line=request.line).request
 
 
 # -- what localspec cannot do --
@@ -245,7 +252,7 @@ def _stop(value: Any) -> tuple[str, ...] | None:
 
 
 def _drafter(value: Any) -> str | None:
-    if value is not None and value not in DRAFTERS:
+    if value is not None and value not in MODEL_FREE_DRAFTERS:  # many sequences share one pass
         raise BodyError("speculation.drafter", "speculation.drafter must be none, ngram or auto (n-gram lookup: a "
                                                "draft model would need a context per sequence)")
     return value

@@ -24,7 +24,14 @@ from localspec.errors import UserError
 from localspec.events import Event
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
-from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from localspec.settings import (
+    GenerationSettings,
+    RuntimeSettings,
+    SamplingSettings,
+    Settings,
+    SpeculationSettings,
+    check_model_free,
+)
 from localspec.speculative.calibrate import Calibration, Reads, choose_reads, load_or_measure
 from localspec.speculative.costs import PARALLEL_AUTO_MAX, PassCosts, auto_parallel
 from localspec.speculative.loop import Generator, Target
@@ -250,9 +257,7 @@ class BatchRuntime(Prompts):
         """``parallel`` None: as many lanes as pay on this device's pass costs (at most PARALLEL_AUTO_MAX, and no
         more than ``jobs``)."""
         runtime, speculation = settings.runtime, settings.speculation
-        if lookup_drafters(speculation.drafter) is None:
-            raise UserError(f"batch drafts with n-gram lookup only (--drafter ngram, auto or none), not "
-                            f"{speculation.drafter!r}: a draft model would need a context per sequence")
+        check_model_free(speculation.drafter, "batch")
         stack = ExitStack()
         try:
             name, path, target, notices = _open_target(settings, stack, cancelled)

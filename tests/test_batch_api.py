@@ -10,6 +10,7 @@ import pytest
 
 import localspec
 from localspec.batch.request import Request
+from localspec.engine.chat import Message
 from localspec.errors import UserError
 
 
@@ -22,13 +23,17 @@ from localspec.errors import UserError
     (["a"], {"seed": "1"}, "seed must be an integer (or None)"),
     (["a"], {"stop": ["ok", 3]}, "stop must be a string or a list of strings"),
     (["a"], {"drafter": 5}, "drafter must be a string"),
+    (["a"], {"drafter": "draft"}, "n-gram lookup only (drafter='ngram', 'auto' or 'none'), not 'draft'"),
+    (["a"], {"drafter": "bogus"}, "not 'bogus'"),
+    (["a"], {"ctx": 10}, "ctx must be at least 16 tokens, got 10"),  # the argument's name, not the flag's
+    (["a"], {"gpu_layers": -5}, "gpu_layers must be -1 (all), 0 (CPU) or a count"),
     (["a", {"id": "0", "prompt": "b"}], {}, "id '0' is given to prompt 0 and prompt 1"),
     ([Request("x", prompt="a"), Request("x", prompt="b")], {}, "ids must be unique"),
 ])
 def test_bad_calls_are_a_user_error_before_the_model_loads(prompts: object, options: dict, message: str) -> None:
     with pytest.raises(UserError) as got:
         list(localspec.generate_many(prompts, model="/nonexistent/never-loaded.gguf", **options))  # type: ignore[arg-type]
-    assert message in str(got.value)
+    assert message in str(got.value) and "--" not in str(got.value)
 
 
 def test_generate_raises_a_user_error_for_a_prompt_it_cannot_read() -> None:
@@ -36,6 +41,22 @@ def test_generate_raises_a_user_error_for_a_prompt_it_cannot_read() -> None:
         localspec.generate("a\ud800b", model="/nonexistent/never-loaded.gguf")
     with pytest.raises(UserError, match="messages must be a non-empty list"):
         localspec.generate({"messages": []}, model="/nonexistent/never-loaded.gguf")
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    (Request("a", prompt="hi", k=500), "speculation.k must be between 0 and 16, got 500"),
+    (Request("a", prompt="hi", drafter="draft"), "speculation.drafter must be none, ngram or auto"),
+    (Request("a"), "give either a prompt or messages"),
+    (Request("a", prompt="hi", messages=(Message("user", "hi"),)), "give either a prompt or messages"),
+    (Request("a", prompt="hi", temperature=-1.0), "temperature must be between 0 and 5"),
+    (Request("a", prompt="hi", style="json"), "style must be one of plain"),
+    (Request(7, prompt="hi"), "id must be a string"),  # type: ignore[arg-type]
+])
+def test_a_request_built_in_python_is_read_as_a_line_would_be(request_: Request, message: str) -> None:
+    # a Request skips the body reader unless it is read like one: k=500 used to run (and no prompt ran on nothing)
+    with pytest.raises(UserError, match="prompt") as got:
+        localspec.generate(request_, model="/nonexistent/never-loaded.gguf")
+    assert message in str(got.value)
 
 
 def test_a_bad_prompt_is_an_error_result_and_a_stop_string_is_one_string(model_path: Path) -> None:

@@ -152,6 +152,8 @@ def test_a_rerun_with_all_done_still_writes_the_whole_jobs_summary(tmp_path: Pat
     assert "2 of 2 already done" in result.stderr
     totals = json.loads(summary.read_text())
     assert (totals["prompts"], totals["ok"], totals["failed"], totals["already_done"], totals["ran"]) == (2, 2, 0, 2, 0)
+    assert (totals["generated_tokens"], totals["passes"], totals["interrupted"]) == (0, 0, False)
+    assert totals["device"] is None
 
 
 def test_a_stream_output_is_written_and_never_read_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

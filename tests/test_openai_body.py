@@ -138,3 +138,14 @@ def test_the_python_api_raises_a_user_error_for_a_lone_surrogate() -> None:
 def test_a_body_nested_too_deeply_is_bad_json_not_a_crash() -> None:
     got = parse_line("[" * 100_000 + "]" * 100_000, 2)
     assert isinstance(got, LineError) and got.id == "line-2" and "nested too deeply" in got.message
+
+
+def test_the_drafters_a_body_may_ask_for_are_those_that_need_no_model() -> None:
+    # one list (settings.MODEL_FREE_DRAFTERS) for the body reader, serve's --drafter check, the batch runtime and
+    # the replay: each drafter on it is built without a model, and every other one needs one
+    from localspec.runtime import lookup_drafters
+    from localspec.settings import DRAFTERS as ALL
+    from localspec.settings import MODEL_FREE_DRAFTERS as DRAFTERS
+
+    assert set(DRAFTERS) < set(ALL)
+    assert {d for d in ALL if lookup_drafters(d) is not None} == set(DRAFTERS)

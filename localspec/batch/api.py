@@ -10,6 +10,7 @@ exactly), while the prompts share the target's passes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from localspec.settings import (
     SamplingSettings,
     Settings,
     SpeculationSettings,
+    check_model_free,
 )
 
 
@@ -73,7 +75,12 @@ def generate_many(
         SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         GenerationSettings(max_tokens=max_tokens, stop=stops),
     )
-    settings.validate()
+    # before settings.validate, which would ask for a --draft model
+    check_model_free(drafter, "generate_many", "drafter='ngram', 'auto' or 'none'")
+    try:
+        settings.validate()
+    except UserError as e:  # the settings speak of command-line flags: name the argument instead
+        raise UserError(re.sub(r"--([a-z][a-z-]*)", lambda m: m[1].replace("-", "_"), str(e))) from None
     if parallel is not None and parallel < 1:
         raise UserError(f"parallel must be at least 1 (or None: as many as pay), got {parallel}")
     requests, failed, positions = _read(list(prompts))
@@ -109,7 +116,7 @@ def generate(prompt: str | Request | Mapping[str, Any], **options: Any) -> Resul
 def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request:
     """A prompt as a Request: a string is its own prompt, a mapping is read as a `localspec batch` line (by the
     reader serve uses). UserError naming the prompt where it cannot be read."""
-    from localspec.openai_body import BodyError, check_text, parse_body
+    from localspec.openai_body import BodyError, check_request, parse_body
 
     if isinstance(prompt, Mapping):
         raw = prompt.get("id")
@@ -125,10 +132,9 @@ def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request
     else:
         raise UserError(f"prompt {index} is a {type(prompt).__name__}: pass a string, a Request or a mapping")
     try:
-        check_text(request)
+        return check_request(request)
     except BodyError as e:
         raise BodyError(e.param, f"prompt {request.id!r}: {e}") from None
-    return request
 
 
 def _read(prompts: list[Any]) -> tuple[list[Request], list[Result], list[int]]:
@@ -144,7 +150,7 @@ def _read(prompts: list[Any]) -> tuple[list[Request], list[Result], list[int]]:
             request = as_request(prompt, i)
             rid = request.id
         except UserError as e:
-            raw = prompt.get("id") if isinstance(prompt, Mapping) else None
+            raw = prompt.get("id") if isinstance(prompt, Mapping) else getattr(prompt, "id", None)
             rid = str(i) if raw is None else str(raw)
             failed.append(Result(rid, finish_reason="error", error=str(e), index=i))
         if rid in seen:

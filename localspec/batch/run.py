@@ -11,7 +11,7 @@ from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.events import Event, Finished, Step
-from localspec.openai_body import DRAFTERS, BodyError
+from localspec.openai_body import BodyError
 from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings
 from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
@@ -87,11 +87,7 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
         tokens = rt.chat_tokens(list(request.messages))
     else:
         tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
-    speculation = None
-    if request.drafter is not None and request.drafter not in DRAFTERS:
-        raise BodyError("speculation.drafter", f"a request's drafter must be one of {', '.join(DRAFTERS)} (n-gram "
-                                               f"lookup: a draft model would need a context per sequence), got "
-                                               f"{request.drafter!r}")
+    speculation = None  # a request's drafter and k were checked where it was read (openai_body)
     if request.drafter is not None or request.k is not None:
         speculation = replace(settings.speculation, **{name: value for name in ("drafter", "k")
                                                        if (value := getattr(request, name)) is not None})

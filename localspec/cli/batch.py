@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -104,7 +105,8 @@ def batch(
             _say(f"resuming {output}: {job['already_done']} of {job['prompts']} already done", False)
         if not todo and not bad:
             if summary is not None:
-                _write_summary(summary, {**job, "ok": job["already_done"], "failed": 0, "ran": 0, **_NOTHING_RUN})
+                _write_summary(summary, {**job, "ok": job["already_done"], "failed": 0, "ran": 0,
+                                         **_Totals().measures(), "device": None, "parallel": 0})
             return
         with ExitStack() as stack:
             cancelled = stack.enter_context(ctrl_c_as_request())
@@ -116,21 +118,20 @@ def batch(
             writer = stack.enter_context(ResultWriter(output, rt.model_name))
             for line_error in bad:
                 writer.write_error(line_error)
-            totals = _run(rt, todo, writer, chat, cancelled, quiet)
-            failed = totals["failed"] + len(bad)
+            totals, results = _run(rt, todo, writer, chat, cancelled, quiet)
+            failed = totals.failed + len(bad)
             if summary is not None:  # while the model is open: a replay tokenizes the prompts again
                 # the counts are the whole job's (a resumed run included what earlier runs did); the measures,
                 # this run's
-                doc = {**totals, **job, "ok": job["already_done"] + totals["ok"], "failed": failed,
-                       "ran": len(todo) + len(bad), "device": rt.device, "parallel": rt.parallel}
+                doc = {**job, "ok": job["already_done"] + totals.ok, "failed": failed, "ran": len(todo) + len(bad),
+                       **totals.measures(), "device": rt.device, "parallel": rt.parallel}
                 if table is not None:
-                    doc["replayed"] = _replay(rt, todo, totals["results"], table, chat)
-                doc.pop("results")
+                    doc["replayed"] = _replay(rt, todo, results, table, chat)
                 _write_summary(summary, doc)
-        if totals["interrupted"]:
+        if totals.interrupted:
             again = ("run the same command again to resume" if not stream else
                      f"{output} is not a file, so nothing can be resumed from it: use -o FILE to be able to")
-            _say(f"interrupted: {totals['ok'] + failed} of {len(todo) + len(bad)} done; {again}", False)
+            _say(f"interrupted: {totals.ok + failed} of {len(todo) + len(bad)} done; {again}", False)
             raise typer.Exit(130)
     if failed:
         where = "on stdout" if str(output) in ("-", "/dev/stdout") else f"in {output}"
@@ -138,10 +139,37 @@ def batch(
         raise typer.Exit(1)
 
 
-# what a summary says of the work done when there was nothing left to run
-_NOTHING_RUN = {"generated_tokens": 0, "drafted": 0, "accepted": 0, "seconds": 0.0, "tokens_per_second": 0.0,
-                "passes": 0, "mean_rows_per_pass": 0.0, "shared_prefix_tokens": 0, "interrupted": False,
-                "device": None, "parallel": 0}
+@dataclass(slots=True)
+class _Totals:
+    """What one run of the job did (all zeros where nothing was left to run)."""
+
+    ok: int = 0
+    failed: int = 0
+    generated_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    seconds: float = 0.0
+    passes: int = 0
+    rows: int = 0
+    shared_prefix_tokens: int = 0
+    interrupted: bool = False
+
+    def add(self, result: Result) -> None:
+        if result.ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+        self.generated_tokens += len(result.tokens)
+        self.drafted += result.stats.drafted
+        self.accepted += result.stats.accepted
+
+    def measures(self) -> dict[str, Any]:
+        """The summary's measures of this run."""
+        return {"generated_tokens": self.generated_tokens, "drafted": self.drafted, "accepted": self.accepted,
+                "seconds": round(self.seconds, 3),
+                "tokens_per_second": round(self.generated_tokens / self.seconds, 2) if self.seconds else 0.0,
+                "passes": self.passes, "mean_rows_per_pass": round(self.rows / self.passes, 2) if self.passes else 0.0,
+                "shared_prefix_tokens": self.shared_prefix_tokens, "interrupted": self.interrupted}
 
 
 def check_paths(input_path: Path, output: Path | None, summary: Path | None) -> None:
@@ -182,15 +210,15 @@ def _writable(path: Path, what: str) -> None:
 
 
 def _run(rt: BatchRuntime, requests: list[Request], writer: ResultWriter, chat: bool,
-         cancelled: Callable[[], bool], quiet: bool) -> dict[str, Any]:
-    """Run the requests, writing each result as it finishes; the job's totals."""
+         cancelled: Callable[[], bool], quiet: bool) -> tuple[_Totals, list[Result]]:
+    """Run the requests, writing each result as it finishes; the run's totals and its results."""
     from localspec.batch.run import run_requests
     from localspec.speculative.scheduler import PassStats
 
     by_id = {r.id: r for r in requests}
     stats = PassStats()
     results: list[Result] = []
-    totals = {"ok": 0, "failed": 0, "generated_tokens": 0, "drafted": 0, "accepted": 0}
+    totals = _Totals()
     start = time.perf_counter()
     with _progress(len(requests), quiet) as tick:
         for result in run_requests(rt, requests, chat=chat, cancelled=cancelled, stats=stats):
@@ -198,18 +226,14 @@ def _run(rt: BatchRuntime, requests: list[Request], writer: ResultWriter, chat: 
                 continue  # not written: it runs again when the job is resumed
             writer.write(result, by_id[result.id])
             results.append(result)
-            totals["ok" if result.ok else "failed"] += 1
-            totals["generated_tokens"] += len(result.tokens)
-            totals["drafted"] += result.stats.drafted
-            totals["accepted"] += result.stats.accepted
+            totals.add(result)
             seconds = time.perf_counter() - start
-            tick(totals["ok"] + totals["failed"], totals["generated_tokens"] / seconds if seconds else 0.0,
-                 totals["accepted"] / totals["drafted"] if totals["drafted"] else 0.0)
-    seconds = time.perf_counter() - start
-    return {**totals, "seconds": round(seconds, 3),
-            "tokens_per_second": round(totals["generated_tokens"] / seconds, 2) if seconds else 0.0,
-            "passes": stats.passes, "mean_rows_per_pass": round(stats.rows / stats.passes, 2) if stats.passes else 0.0,
-            "shared_prefix_tokens": stats.shared_prefix_tokens, "interrupted": cancelled(), "results": results}
+            tick(totals.ok + totals.failed, totals.generated_tokens / seconds if seconds else 0.0,
+                 totals.accepted / totals.drafted if totals.drafted else 0.0)
+    totals.seconds = time.perf_counter() - start
+    totals.passes, totals.rows, totals.shared_prefix_tokens = stats.passes, stats.rows, stats.shared_prefix_tokens
+    totals.interrupted = cancelled()
+    return totals, results
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from localspec.cli import app, user_errors
 from localspec.cli.batch import parse_parallel
 from localspec.cli.options import generation_options
 from localspec.errors import UserError
-from localspec.settings import Settings
+from localspec.settings import Settings, check_model_free
 
 API_KEY_ENV = "LOCALSPEC_API_KEY"
 LOOPBACK_NAMES = {"localhost"}
@@ -89,11 +89,7 @@ def _serve_extra() -> Any:
 
 def check_drafter(drafter: str) -> None:
     """Before the model loads, in the server's words (the batch runtime would say "batch drafts with…")."""
-    from localspec.openai_body import DRAFTERS
-
-    if drafter not in DRAFTERS:
-        raise UserError(f"localspec serve drafts with n-gram lookup only (--drafter ngram, auto or none), not "
-                        f"{drafter!r}: a draft model would need a context for every request served at once")
+    check_model_free(drafter, "localspec serve")
 
 
 def is_loopback(host: str) -> bool:
