@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
 NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device or driver): running on the CPU"
+# --branches N on a device with CUDA graphs (speculative/policy.py, ``width``)
+TREES_OFF = ("token trees (--branches) are off on this device: its CUDA graphs want every pass the same size, and "
+             "a tree changes it; drafts are verified as chains of the sizes it keeps")
 
 
 def resolve(spec: str | None) -> tuple[str, Path]:
@@ -125,6 +128,8 @@ class Runtime(Prompts):
                                             say=say, cancelled=cancelled)
             policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, branches=speculation.branches,
                                  shapes=shapes)
+            if speculation.branches > 1 and shapes.active:
+                notices.append(TREES_OFF)
             drafter_name = speculation.drafter
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
@@ -271,7 +276,7 @@ class BatchRuntime(Prompts):
                                               n_max, say=say, cancelled=cancelled)
                 shapes = load_or_measure_shapes(probe, known_sha256(path), runtime.threads(), runtime.n_batch,
                                                 say=say, cancelled=cancelled)
-            costs = PassCosts(dict(calibration.seconds))
+            costs = PassCosts(dict(calibration.seconds), wide_slope=shapes.active)
             if parallel is None:
                 parallel = auto_parallel(costs, PARALLEL_AUTO_MAX)
             parallel = max(1, min(parallel, jobs or parallel))

@@ -12,9 +12,11 @@
 #      the figures in docs/performance.md, timed on the CPU machines).
 #   6. Pass shapes: steady passes against passes right after a change of size (one sequence: calibrate --shapes;
 #      lanes: lane_pass_costs.py --after-change), CUDA graphs on and off (GGML_CUDA_DISABLE_GRAPHS=1, the control).
+#   7. A model as the drafter (the target as its own draft model, adaptive, pinned k = 5, and auto's cascade): its
+#      draft lengths keep to the pass sizes the GPU keeps since session 12 (docs/performance.md).
 #   Before/after a change: run the same steps at both commits on one warm machine (scripts/at_commit).
 #
-#     bash scripts/gpu_live.sh [steps: 1 2 3 4 5]
+#     bash scripts/gpu_live.sh [steps: 1 2 3 4 5 6 7]
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 steps=${*:-1 2 3}
@@ -79,6 +81,13 @@ if has 6; then
     timeout 300 "${ctl[@]}" $py scripts/lane_pass_costs.py --after-change > "$OUT/lane-shapes-graphs-$graphs.txt" 2>&1
     echo "rc=$?" | tee -a "$OUT/log.txt"; grep lanes "$OUT/lane-shapes-graphs-$graphs.txt"
   done
+fi
+if has 7; then
+  step "a model as the drafter: the target drafting for itself"
+  model=$($py -m localspec.models | tail -n 1)
+  timeout 500 $py -m localspec bench --drafters none,draft,draft:k5,auto --draft "$model" --repeat 2 \
+    > "$OUT/bench-draft.txt" 2> "$OUT/bench-draft.err"
+  echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/bench-draft.txt"
 fi
 if has 5; then
   step "profile: the suite with n-gram, one at a time and as one batch (--parallel auto, one round)"

@@ -51,6 +51,25 @@ def test_the_curve_between_and_beyond_measured_sizes() -> None:
     assert fresh(300) == costs(300) and fresh(5) == costs(5)
 
 
+def test_a_gpu_prices_a_batch_s_wide_passes_by_the_slope_of_its_curve() -> None:
+    # the H100's passes of 8 sequences, measured: 128 rows 22 ms, where each row's share of 17 says 32; with pass
+    # shapes (a GPU) the curve's top slope goes on, nearer the truth; a CPU keeps the share rule (a server's latency)
+    h100 = load_cost_table("h100")
+    measured = {24: 0.00571, 64: 0.01196, 128: 0.02211}  # the table's seconds_by_batch_8_lanes
+    gpu = PassCosts(h100.calibration(17), wide_slope=True)
+    cpu = PassCosts(h100.calibration(17))
+    for n, seconds in measured.items():
+        assert gpu(n) == pytest.approx(seconds, rel=0.2), n
+        assert cpu(n) > seconds, n
+    assert cpu(128) > 1.4 * measured[128]
+    assert [gpu(n) for n in range(1, 18)] == [cpu(n) for n in range(1, 18)]  # within the calibration: the same
+    assert all(gpu(n + 1) > gpu(n) for n in range(17, 300))
+    # the live passes of a batch's own wide sizes set the slope: a device where they cost more is priced so
+    for _ in range(MIN_PASSES):
+        gpu.update(128, 0.04)
+    assert gpu(256) > 0.04 + 128 * (0.04 - gpu(17)) / 111 * 0.9
+
+
 def test_the_measured_shape_is_kept_not_flattened() -> None:
     # on this CPU 3 rows cost more than 4, and 5 more than 6, in every calibration: what was measured is used
     costs = PassCosts(dict(QUIET))

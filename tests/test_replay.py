@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from localspec.bench.replay import CostTable, load_cost_table, replay, replay_oracle, shipped_tables
+from localspec.bench.replay import (
+    CostTable,
+    Known,
+    load_cost_table,
+    replay,
+    replay_batch,
+    replay_oracle,
+    shipped_tables,
+)
 from localspec.bench.runner import split_variant
 from localspec.drafters.base import Draft
 from localspec.errors import UserError
@@ -178,3 +186,15 @@ def test_on_a_gpu_table_the_oracle_weighs_a_change_of_size() -> None:
     assert oracle.decode_seconds < exact
     steady = replace(table, after_change={}, capture=0.0)
     assert oracle.decode_seconds > replay_oracle(text, output, steady, k_max=7).decode_seconds
+
+
+def test_a_table_can_price_a_batch_s_prompts_and_the_replay_then_pays_for_them() -> None:
+    # unpriced, a batch's prompt chunks cost nothing and its replay ran 12% above what this CPU lived
+    table = load_cost_table("h100")
+    assert table.prompt(8, 32) == 0.0  # no shipped table prices them yet
+    priced = replace(table, prompt_share=0.4)
+    assert priced.prompt(8, 32) == pytest.approx(0.4 * (table.bare(40) - table.bare(8)))
+    assert priced.prompt(0, 32) == pytest.approx(0.4 * table.bare(32)) and priced.prompt(8, 0) == 0.0
+    known = [Known([7, 8, 9] * 20, OUTPUT, eog=False), Known([4, 5] * 30, OUTPUT, eog=False)]
+    free, paid = (replay_batch("ngram", known, t, 2) for t in (table, priced))
+    assert paid.generated_tokens == free.generated_tokens and paid.seconds > free.seconds

@@ -10,7 +10,9 @@ costs right after a change of size (``seconds_by_batch_after_change``: no graph,
 A live step also pays host time around its pass (reading back, verifying, the policy, Python): a table carries that
 as ``step_overhead_seconds`` (``base`` per step, ``draft_step`` more when the pass verifies a draft, ``per_token`` ×
 tokens in the pass, ``per_sequence`` × sequences in it), fitted to live runs on that device (scripts/gpu_replay.py
---fit). Without it a replay prices bare passes and overestimates what speculation buys.
+--fit). Without it a replay prices bare passes and overestimates what speculation buys. ``prompt_token_share``
+prices a batch's prompt chunks (a share of what as many rows with outputs would add to the pass); no shipped table
+sets it yet, so their prompts cost nothing (docs/performance.md, "The batch replay against this CPU").
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class CostTable:
     capture: float = 0.0
     # the same steady passes with their rows spread over 8 sequences (a batch's attention reads 8 caches)
     eight_lanes: dict[int, float] = field(default_factory=dict)
+    # what a prompt token (no output) adds to a pass, as a share of what a row with one would add there: unpriced, a
+    # batch's prompt chunks cost nothing and its replay ran 12% above this CPU's live runs (docs/performance.md,
+    # "The batch replay against this CPU")
+    prompt_share: float = 0.0
 
     def bare(self, n: int) -> float:
         """A bare steady pass of n tokens: measured, interpolated between measured sizes, or extended by the last
@@ -73,6 +79,12 @@ class CostTable:
                         else self.unsteady(n) + (self.capture if stage == CAPTURE else 0.0))
         host = self.overhead_base + self.overhead_per_token * n + self.overhead_per_sequence * sequences
         return bare + host + (self.overhead_draft if n > sequences else 0.0)
+
+    def prompt(self, rows: int, tokens: int) -> float:
+        """What ``tokens`` prompt tokens add to a pass of ``rows`` rows with outputs."""
+        if not tokens or not self.prompt_share:
+            return 0.0
+        return self.prompt_share * (self.bare(rows + tokens) - (self.bare(rows) if rows else 0.0))
 
     def calibration(self, n_max: int, *, steady: bool = True) -> dict[int, float]:
         """What localspec's calibration would measure on that device, 1..n_max: bare steady passes, or (``steady``
@@ -145,4 +157,5 @@ def load_cost_table(spec: str | Path) -> CostTable:
         overhead_per_sequence=float(overhead.get("per_sequence", 0.0)),
         source=path.name, after_change=after, capture=float(data.get("graph_capture_seconds", 0.0)),
         eight_lanes=_seconds(path, data.get("seconds_by_batch_8_lanes") or {}),
+        prompt_share=float(data.get("prompt_token_share", 0.0)),
     )

@@ -11,7 +11,7 @@ Each pass is priced by the table (bench/cost_table.py): by its size, by where it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -25,7 +25,7 @@ from localspec.errors import UserError
 from localspec.events import Finished, Stats
 from localspec.passes import Part
 from localspec.runtime import lookup_drafters
-from localspec.settings import GenerationSettings, SamplingSettings
+from localspec.settings import MODEL_FREE_DRAFTERS, GenerationSettings, SamplingSettings
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
@@ -34,7 +34,7 @@ from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE, STEADY, Warmup
 
 __all__ = ["CostTable", "load_cost_table", "replay", "replay_batch", "replay_oracle", "shipped_tables"]
 
-REPLAYABLE = ("none", "ngram", "auto")  # drafters whose proposals need no model: auto is replayed without one
+REPLAYABLE = MODEL_FREE_DRAFTERS  # auto is replayed without its draft model
 ORACLE = "oracle"
 
 
@@ -164,7 +164,7 @@ class BatchReplay:
 
 class _KnownLanes:
     """Lanes whose greedy answers are known (each job's generation); a pass costs what the table says for all its
-    rows. Prompt chunks are free, as in a one-sequence replay: a replay prices decoding."""
+    rows, and its prompt chunks what the table's ``prompt_share`` says (a batch's wall clock holds its prompts)."""
 
     def __init__(self, table: CostTable, clock: _Clock, known: Sequence[Known], n_lanes: int, max_rows: int) -> None:
         self.table, self.clock, self.known = table, clock, known
@@ -185,9 +185,11 @@ class _KnownLanes:
 
     def decode(self, parts: Sequence[Part]) -> list[list[int] | None]:
         rows = sum(len(p.tokens) for p in parts if p.want)
+        prompt = sum(len(p.tokens) for p in parts if not p.want)
         if rows:
-            stage = self.warmup.step((rows, sum(len(p.tokens) for p in parts if not p.want)))
+            stage = self.warmup.step((rows, prompt))
             self.clock.now += self.table.step(rows, stage, sum(1 for p in parts if p.want))
+        self.clock.now += self.table.prompt(rows, prompt)
         return [self.lanes[p.lane].answer(p.tokens) if p.want else self.lanes[p.lane].feed(p.tokens) for p in parts]
 
     def share(self, src: int, dst: int, n: int) -> None:
@@ -196,23 +198,25 @@ class _KnownLanes:
 
 def replay_batch(
     drafter: str, known: Sequence[Known], table: CostTable, parallel: int, *, k: int | None = None, k_max: int = 16,
-    shapes: bool = True,
+    shapes: bool = True, runs: Callable[[Known], list[int]] | None = None,
 ) -> BatchReplay:
     """Generate every ``known`` output again as one batch job, ``parallel`` sequences at a time, each drafting with
     ``drafter`` (adaptive, or fixed ``k``) on a policy calibrated on the table's bare passes; every pass priced on the
     table for all the rows it holds. ``oracle``: drafts that are always right, as far as the oracle lookup copies
-    (a batch's ceiling)."""
+    (a batch's ceiling); ``runs``: how far the oracle's draft at each output position runs instead (another
+    clairvoyant drafter's)."""
     if drafter != ORACLE and lookup_drafters(drafter) is None:
         raise UserError(f"drafter {drafter!r} cannot be replayed: only {', '.join(REPLAYABLE)} draft without a model")
     clock = _Clock()
-    costs = PassCosts(table.calibration(k_max + 1, steady=shapes))  # as BatchRuntime calibrates
-    lanes = _KnownLanes(table, clock, known, parallel, parallel * (k_max + 1))
     kept = table.shapes(parallel * (k_max + 1)) if shapes else None
+    # as BatchRuntime calibrates
+    costs = PassCosts(table.calibration(k_max + 1, steady=shapes), wide_slope=kept is not None and kept.active)
+    lanes = _KnownLanes(table, clock, known, parallel, parallel * (k_max + 1))
 
     def make(target: Target, job: Job) -> Generator:
         sampling = job.sampling
         mine = known[int(job.key)]  # type: ignore[call-overload]
-        drafters = [_Oracle(mine, k_max)] if drafter == ORACLE else lookup_drafters(drafter) or []
+        drafters = [_Oracle(mine, k_max, runs and runs(mine))] if drafter == ORACLE else lookup_drafters(drafter) or []
         return Generator(target, _NoText(), drafters, sampling,
                          DraftPolicy(k_max=k_max, fixed=k, costs=costs, shapes=kept), clock)
 
@@ -230,9 +234,9 @@ class _Oracle:
     name = ORACLE
     lookup = True
 
-    def __init__(self, known: Known, k_max: int) -> None:
+    def __init__(self, known: Known, k_max: int, runs: list[int] | None = None) -> None:
         self.sequence, self.start = [*known.prompt, *known.output], len(known.prompt)
-        self.runs = oracle_runs(known.prompt, known.output, k_max)
+        self.runs = oracle_runs(known.prompt, known.output, k_max) if runs is None else runs
 
     def begin(self, history: Sequence[int]) -> None:
         pass

@@ -60,7 +60,8 @@ OPTIONS: tuple[Opt, ...] = (
         "acceptance and costs (0 = plain decoding).", "Speculation", "speculation.k", (*_ALL, "batch", "serve")),
     Opt("branches", ("--branches",), int, BRANCHES_DEFAULT, "Most candidate continuations n-gram lookup may verify "
         "together in one pass, as a token tree (the policy picks how many pay on this device). Default 1: one "
-        "chain; trees did not pay in our measurements yet (docs/performance.md).", "Speculation",
+        "chain; trees did not pay in our measurements yet (docs/performance.md), and a GPU with CUDA graphs verifies "
+        "chains only.", "Speculation",
         "speculation.branches"),
     Opt("exit_layer", ("--exit-layer",), int | None, None, "Layers kept for --drafter early-exit (default: a third "
         "of the model).", "Speculation", "speculation.exit_layer"),

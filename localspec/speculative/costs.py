@@ -48,6 +48,13 @@ class PassCosts:
     """Seconds per target pass by tokens in the pass; ``update`` after every pass, call it for any size."""
 
     calibrated: dict[int, float] = field(default_factory=dict)
+    # rows past the calibration (a batch's passes) at the slope of the measured curve's top, not each row's share of
+    # the largest size: set where the device keeps pass shapes (a GPU, whose passes of hundreds of rows cost tens of
+    # milliseconds). A CPU keeps the share rule: there it prices those rows too high (128 rows ~700 ms against
+    # 524-559 ms measured), and that is what keeps a server's passes short: priced nearer the truth, 8 clients got
+    # no more tokens a second and waited a second longer for first tokens (docs/performance.md, "Pass shapes,
+    # continued")
+    wide_slope: bool = False
     # size → (pass number, the level then, seconds)
     _passes: dict[int, deque[tuple[int, float, float]]] = field(default_factory=dict)
     _ratios: deque[tuple[bool, float]] = field(default_factory=lambda: deque(maxlen=LEVEL_WINDOW))
@@ -119,6 +126,7 @@ class PassCosts:
         sizes = sorted(seen)
         curve = [0.0] * (n_max + 1)
         i, count = 0, len(sizes)  # sizes[i] is the first measured size >= n
+        slope: float | None = None
         for n in range(1, n_max + 1):
             figure = seen.get(n)
             if figure is not None:
@@ -129,16 +137,30 @@ class PassCosts:
             if 0 < i < count:
                 below, above = sizes[i - 1], sizes[i]
                 curve[n] = seen[below] + (seen[above] - seen[below]) * (n - below) / (above - below)
+            elif i and self.wide_slope:
+                if slope is None:
+                    slope = _top_slope(seen, sizes)
+                curve[n] = seen[sizes[-1]] + slope * (n - sizes[-1])
             else:
                 ref = sizes[i - 1] if i else sizes[0]
                 # outside what was measured: about a fifth of a single pass per extra token (CPU, LM-head bound),
-                # and never less than that size's share per token. Past the largest size (a batch's passes) this
-                # prices rows dearer than they are (this CPU: 128 rows ~700 ms against 524-559 measured; an H100
-                # 32 ms against 22), but pricing them nearer the truth, by the slope of the curve's top or measured,
-                # made a server's passes grow and its first tokens wait longer here for no more tokens a second
-                # (docs/performance.md, "Pass shapes, continued")
+                # and never less than that size's share per token (past the largest size: ``wide_slope``)
                 curve[n] = max(seen[ref] + 0.2 * seen.get(1, seen[ref]) * (n - ref), seen[ref] * n / ref)
         self._curve = curve
+
+
+def _top_slope(seen: dict[int, float], sizes: list[int]) -> float:
+    """Seconds per extra row over the upper half of the measured sizes (least squares: one noisy size does not set
+    it; live figures of a batch's own wide passes count), at least a twentieth of the smallest size's cost a row."""
+    top = [m for m in sizes if m >= sizes[-1] / 2]
+    if len(top) < 2:  # a wide size far past the rest (a batch's own pass): the line from the next one down
+        top = sizes[-2:]
+    floor = seen[sizes[0]] / sizes[0] / 20
+    if len(top) < 2:
+        return max(floor, 0.2 * seen[sizes[0]])
+    mx = sum(top) / len(top)
+    my = sum(seen[m] for m in top) / len(top)
+    return max(floor, sum((m - mx) * (seen[m] - my) for m in top) / sum((m - mx) ** 2 for m in top))
 
 
 def auto_parallel(costs: PassCosts, limit: int) -> int:

@@ -23,21 +23,16 @@ verified 4 tokens at a time.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from localspec.drafters.base import Draft, Drafter
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.shapes import STEADY, Depths, Shapes, Warmup, choose, pad, stretch
+from localspec.speculative.survival import DECAY, Survival, Watched
 from localspec.speculative.tree import trie_sizes
 
-_DECAY = 0.95  # weight of the past in each running estimate
 _PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried again
 _PROBE_EVERY_MAX = 256
 _PROBE_K = 3
-# c_0 before any evidence: a kind of draft has to earn trust. 0.5 made a short generation on a GPU, where a draft
-# step costs ~30% more than a plain one, pay for drafts it never recovered (0.84x; 0.95x with 0.3: replay_tables.py)
-_PRIOR = 0.3
-_PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior (the previous position's estimate)
 # A tree must promise this much more than the best chain, and its width must have been seen this often: the policy
 # weighs some 50 shapes a step, and the best of many noisy estimates is biased up (scripts/replay_tables.py --trees:
 # the lowest prompt's trees ÷ chain is what these guard)
@@ -46,86 +41,6 @@ _TREE_EVIDENCE = 4.0
 # A longer pass for one draft (shapes.stretch) goes only as deep as its kind has been checked this often (decayed):
 # 4 left it never taken on the replayed suites; none bet 16 rows on a kind only ever checked 2 deep
 _STRETCH_EVIDENCE = 2.0
-
-
-@dataclass(slots=True)
-class _Survival:
-    """Decayed counts of (reached, accepted) per draft position; a Beta prior links each position to the last."""
-
-    reached: list[float] = field(default_factory=list)
-    accepted: list[float] = field(default_factory=list)
-
-    def update(self, accepted: int, drafted: int) -> None:
-        # positions after the first rejection were never tested: they say nothing
-        for j in range(min(drafted, accepted + 1)):
-            self.record(j, j < accepted)
-
-    def record(self, j: int, accepted: bool) -> None:
-        """Position j was reached (every position before it accepted) and was, or was not, accepted."""
-        if j == len(self.reached):
-            self.reached.append(0.0)
-            self.accepted.append(0.0)
-        self.reached[j] = self.reached[j] * _DECAY + 1.0
-        self.accepted[j] = self.accepted[j] * _DECAY + (1.0 if accepted else 0.0)
-
-    def expected_accepted(self, k: int) -> list[float]:
-        """E[accepted] for every draft length 0..k: the sum over positions of the chance all up to it survive.
-
-        c_j, the chance position j is accepted when all before it were, is estimated with c_{j-1} as its prior."""
-        out, survive, total, c = [0.0], 1.0, 0.0, _PRIOR
-        seen = len(self.reached)
-        for j in range(k):
-            n, a = (self.reached[j], self.accepted[j]) if j < seen else (0.0, 0.0)
-            c = (a + _PRIOR_WEIGHT * c) / (n + _PRIOR_WEIGHT)
-            survive *= c
-            total += survive
-            out.append(total)
-        return out
-
-
-@dataclass(slots=True)
-class _Watched:
-    """A cheap draft's full proposal, compared token by token with what the target emits next.
-
-    With several candidates, ``survivals[w - 1]`` learns how far the best of the first w of them runs (a tree of
-    w branches), all widths from the same proposal."""
-
-    candidates: list[list[int]]
-    survivals: list[_Survival]
-    matched: int = 0
-    alive: list[bool] = field(default_factory=list)  # the candidates that matched every token so far
-    depths: Depths | None = None  # told each token the proposal got right (a device with pass shapes) ...
-    born: int = 0  # ... as of the step it was made (depths' age)
-
-    def advance(self, emitted: Sequence[int]) -> bool:
-        """Score each position as soon as its token is known; True once the proposal is settled.
-
-        Scoring positions as they come, not whole proposals once settled, matters: a mismatch settles at once
-        while a proposal that keeps matching settles only after all its tokens, and counting only settled
-        proposals would hear the failures of a long copy before its successes.
-        """
-        if not self.alive:
-            self.alive = [True] * len(self.candidates)
-        for token in emitted:
-            j = self.matched
-            reached = False  # some alive candidate among the first w reaches position j
-            ok = False  # ... and holds the emitted token there
-            alive = self.alive
-            for w, candidate in enumerate(self.candidates):
-                if alive[w] and j < len(candidate):
-                    reached = True
-                    alive[w] = candidate[j] == token
-                    ok = ok or alive[w]
-                else:
-                    alive[w] = False
-                if reached:
-                    self.survivals[w].record(j, ok)
-            if not ok:
-                return True
-            if self.depths is not None and alive[0]:
-                self.depths.matched(j, self.depths.steps - self.born)
-            self.matched += 1
-        return not any(a and self.matched < len(c) for a, c in zip(self.alive, self.candidates, strict=True))
 
 
 class DraftPolicy:
@@ -139,8 +54,9 @@ class DraftPolicy:
         self.fixed = fixed
         self.branches = branches  # the most candidates a lookup may offer, verified together as a token tree
         # the device's pass sizes (a GPU's CUDA graphs): lookup drafts are then verified in passes of one kept size,
-        # padded up to it, and the size changes only when that pays for the change (speculative/shapes.py)
-        self.shapes = shapes if shapes is not None and shapes.active and branches == 1 else Shapes()
+        # padded up to it, and the size changes only when that pays for the change (speculative/shapes.py); as
+        # chains: a tree's size is its nodes', so it would change the size (``width``)
+        self.shapes = shapes if shapes is not None and shapes.active else Shapes()
         self.size = 0  # the kept size of this sequence's passes (0: none chosen yet)
         # in a batch the scheduler keeps the pass's size (its rows summed over the sequences) and pads it: each
         # sequence drafts as it would without shapes, and ``pad`` is told how far to go
@@ -157,7 +73,7 @@ class DraftPolicy:
 
     def reset(self) -> None:
         """Forget what was learned about drafts (acceptance, a drafter's cost per token); pass costs stay."""
-        self._survival: dict[str, _Survival] = {}
+        self._survival: dict[str, Survival] = {}
         self._draft_cost: dict[str, float] = dict(self._drafter_calibration)  # seconds per drafted token
         self._plain_steps: dict[str, int] = {}
         self._patience: dict[str, int] = {}
@@ -170,11 +86,12 @@ class DraftPolicy:
         """A new generation: proposals still waiting for their outcome belong to the old text, and its prefill
         changed the pass shape (a GPU's graph warms up again)."""
         self.warmup = Warmup()
-        self._watched: list[_Watched] = []
+        self._watched: list[Watched] = []
         self._trimmed: Draft | None = None  # the last draft `trim` cut from a watched proposal
         self._room = self.k_max  # what the generation has left, as the last ``cap`` was told
         self._proposal: list[int] = []  # this step's lookup proposal, untrimmed (what padding continues)
         self._step_depth: int | None = None
+        self._lookups = False  # a lookup has proposed in this generation (a cascade: its passes set the size)
 
     def cap(self, drafter: Drafter, room: int) -> int:
         """How many tokens ``drafter`` may propose this step (``room``: what the generation has left). A lookup
@@ -183,12 +100,23 @@ class DraftPolicy:
         if room <= 0:
             return 0
         if drafter.lookup:
+            self._lookups = True
             return min(room, self.k_max)
-        return self.best_k(drafter.name, drafter.name, room)
+        k = self.best_k(drafter.name, drafter.name, room)
+        if k and self.depths is not None:  # a device with pass shapes: ``pad`` fills the draft up to the pass's size
+            if self.fixed is None:
+                self._step_depth = k = self._model_depth(drafter.name, room, k)
+            elif self._lookups:  # k as asked, in the pass a lookup's pinned k pads to (auto alternates the two)
+                self._step_depth = self._pinned_size(k) - 1
+            else:  # a model alone: k + 1 rows every pass is a steady size already
+                self._step_depth = k
+        return k
 
     def width(self, drafter: Drafter) -> int:
-        """How many candidates ``drafter`` may offer: a lookup's are free to propose and verified as a tree."""
-        return self.branches if drafter.lookup else 1
+        """How many candidates ``drafter`` may offer: a lookup's are free to propose and verified as a tree, except
+        on a device with pass shapes, where a tree's size (its nodes) leaves the kept sizes: replayed on the H100
+        table, grounded prompts 1.64x with one chain, 1.39x with trees (docs/performance.md, "Token trees on a GPU")."""
+        return self.branches if drafter.lookup and not self.shapes.active else 1
 
     def trim(self, draft: Draft, drafter: Drafter) -> Draft:
         """Keep as much of a lookup's proposal as its kind has earned, as a chain or a tree of its first
@@ -200,7 +128,7 @@ class DraftPolicy:
         depths = self.depths if not self.in_batch else None
         if depths is not None:
             depths.record()
-        self._watched.append(_Watched(candidates, survivals, depths=depths,
+        self._watched.append(Watched(candidates, survivals, depths=depths,
                                       born=depths.steps if depths is not None else 0))
         self._proposal = candidates[0]
         if depths is not None:
@@ -211,10 +139,11 @@ class DraftPolicy:
         return self._trimmed
 
     def pad(self, draft: Draft, history: Sequence[int], room: int, depth: int | None = None) -> Draft:
-        """On a device with pass shapes, a lookup's chain (or no draft) filled up to the kept size, or to ``depth``
-        (a batch's scheduler says), at most ``room`` tokens: the rest of the lookup's proposal, then filler.
-        Elsewhere, a model's draft (it is learned as drafted), and in a batch until the scheduler says how far:
-        ``draft`` as is. One sequence's step is counted here too, with or without a proposal (Depths' clock)."""
+        """On a device with pass shapes, a chain (or no draft) filled up to the kept size, or to ``depth`` (a
+        batch's scheduler says), at most ``room`` tokens: a lookup's with the rest of its proposal, then filler; a
+        model's greedy draft that stopped short (--p-min) with filler (a sampled one is left as drawn). Elsewhere,
+        and in a batch until the scheduler says how far: ``draft`` as is. One sequence's step is counted here too,
+        with or without a proposal (Depths' clock)."""
         if self.depths is None or (self.in_batch and depth is None):
             return draft
         lookup = not draft.tokens or draft is self._trimmed
@@ -226,12 +155,13 @@ class DraftPolicy:
             depth = self._step_depth if self._step_depth is not None else self._depth()
         self._proposal, self._step_depth = [], None
         depth = min(depth, room)
-        if not lookup or draft.dists is not None or draft.others or len(draft) >= depth:
+        if draft.dists is not None or draft.others or len(draft) >= depth:
             return draft
         tokens = pad(draft.tokens, proposal, history, depth)
         filler = depth - max(len(draft), min(len(proposal), depth))
         padded = Draft(tokens, None, draft.drafter, draft.kind or "pad", filler=filler)
-        self._trimmed = padded  # learned in hindsight (its proposal), or filler: never as a draft of its own
+        if lookup:  # learned in hindsight (its proposal), or filler: never as a draft of its own
+            self._trimmed = padded
         return padded
 
     def _depth(self, draft: Draft | None = None) -> int:
@@ -242,7 +172,8 @@ class DraftPolicy:
         # a pinned k: its length padded up to a kept size, or 1 row while no proposal has run far enough to pay for
         # those rows (a generation's start, a dry spell); forcing the size from the first step replayed slower
         if self.fixed is not None:
-            sizes = [1, shapes.size_for(min(self.fixed, self.k_max) + 1)]
+            sizes = [1, self._pinned_size(min(self.fixed, self.k_max))]
+            depths.track(sizes[1] - 1)
         else:
             sizes = [s for s in shapes.sizes if s <= self.k_max + 1]
         self.size = choose(self.size, sizes, lambda s: (depths.expected(s - 1), self._rate_seconds(s)),
@@ -251,14 +182,35 @@ class DraftPolicy:
             return self.size - 1
         return self._burst(draft, self.size - 1)
 
+    def _pinned_size(self, k: int) -> int:
+        """The pass a pinned k is verified in on a device with pass shapes: the kept size that holds it (--k k_max:
+        past the largest kept size its own, never past k_max + 1 rows)."""
+        return min(self.shapes.size_for(k + 1), self.k_max + 1)
+
+    def _model_depth(self, drafter: str, room: int, k: int) -> int:
+        """A model draft's length where the device keeps pass sizes: best_k's ``k`` (the best length, or a probe's),
+        a kept size, or the length it had, kept until another pays for the change (shapes.choose), each drafted
+        token's own cost counted. (Offering kept sizes alone rounded a weak draft model's marginal k = 1 up to 4
+        rows, slower than no draft; with a good one that did better: scripts/toy_draft_model.py.)"""
+        top = min(room, self.k_max) + 1
+        sizes = sorted({k + 1, *(s for s in (*self.shapes.sizes, self.size) if 1 < s <= top)})
+        expected = self._survival_of(drafter).expected_accepted(sizes[-1] - 1)
+        per_token = self._draft_cost.get(drafter, 0.0)
+        self.size = choose(self.size, sizes,
+                           lambda s: (1.0 + expected[s - 1], self._rate_seconds(s) + (s - 1) * per_token),
+                           self.shapes.change_cost, self._room)
+        self.expected = 1.0 + expected[self.size - 1]
+        return self.size - 1
+
     def _burst(self, draft: Draft, depth: int) -> int:
         """``depth``, or longer for this pass alone where the kind has run far enough before (shapes.stretch)."""
         survival = self._survival_of(draft.kind)
         # only as deep as the kind has been checked: past that its estimate is the last position's, again and again
         seen = next((j for j, r in enumerate(survival.reached) if r < _STRETCH_EVIDENCE), len(survival.reached))
         n = min(len(draft), self.k_max, self._room, seen)
-        if n <= depth or self.depths is None:
+        if n <= depth:
             return depth
+        assert self.depths is not None  # (called from _depth only)
         return stretch(depth, survival.expected_accepted(n), self._rate_seconds, self.shapes,
                        self.depths.expected(depth))
 
@@ -301,10 +253,10 @@ class DraftPolicy:
                     self.expected = 1.0 + expected[d]
         return best
 
-    def _survival_of(self, kind: str) -> _Survival:
+    def _survival_of(self, kind: str) -> Survival:
         survival = self._survival.get(kind)
         if survival is None:
-            survival = self._survival[kind] = _Survival()
+            survival = self._survival[kind] = Survival()
         return survival
 
     @property
@@ -371,6 +323,7 @@ class DraftPolicy:
         was this sequence's alone, so its seconds are what its rows cost (a batch prices its shared passes itself)."""
         drafted, drafter = len(draft), draft.drafter
         rows = (drafted if nodes is None else nodes) + 1
+        drafted -= draft.filler  # a model's short draft padded: what it proposed is what it is judged on
         # on a device with pass shapes only a steady pass says what its size costs: a change is priced apart
         steady = not self.shapes.active or self.warmup.step(rows) == STEADY
         if priced and steady:
@@ -384,7 +337,7 @@ class DraftPolicy:
         if drafted and drafter in self._drafter_calibration:
             per_token = draft_seconds / drafted
             old = self._draft_cost.get(drafter)
-            self._draft_cost[drafter] = per_token if old is None else _DECAY * old + (1 - _DECAY) * per_token
+            self._draft_cost[drafter] = per_token if old is None else DECAY * old + (1 - DECAY) * per_token
 
     def plain_seconds_per_token(self) -> float:
         """What one plain decoding step costs on the corrected curve (0 before anything was measured)."""

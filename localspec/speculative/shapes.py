@@ -139,6 +139,12 @@ class Depths:
     def __post_init__(self) -> None:
         self.tokens = dict.fromkeys(self.depths, _PRIOR_STEPS)
 
+    def track(self, depth: int) -> None:
+        """Also learn ``depth`` from now on (a pinned k's, asked for after the policy was made): as if every step so
+        far had made one token there."""
+        if depth not in self.tokens:
+            self.tokens[depth] = self.weight
+
     def record(self) -> None:
         """A step: its pass's own token at every depth."""
         tokens = self.tokens
