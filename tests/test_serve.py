@@ -134,11 +134,15 @@ def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(
     client = server.client()
     messages = [{"role": "user", "content": PROMPTS[6]}]
     # asked once before, so that both requests below find the same conversation cached: the same passes, the same
-    # text (a prompt prefilled and one found cached are computed in other batch shapes, and a near-tie may flip)
-    client.chat.completions.create(model="default", messages=messages, max_tokens=24)
-    whole = client.chat.completions.create(model="default", messages=messages, max_tokens=24)
+    # text (a prompt prefilled and one found cached are computed in other batch shapes, and a near-tie may flip).
+    # The draft length is pinned for the same reason: the adaptive policy learns from every request the server ran,
+    # so the second request would draft other lengths than the first, verify in other pass sizes, and a near-tie in
+    # this 270M model's late, low-confidence tokens could flip (CI, stop 30: "memer\n memer" against "mendatanguser")
+    pinned = {"speculation": {"k": 4}}
+    client.chat.completions.create(model="default", messages=messages, max_tokens=24, extra_body=pinned)
+    whole = client.chat.completions.create(model="default", messages=messages, max_tokens=24, extra_body=pinned)
     chunks = list(client.chat.completions.create(model="default", messages=messages, max_tokens=24, stream=True,
-                                                 stream_options={"include_usage": True}))
+                                                 stream_options={"include_usage": True}, extra_body=pinned))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     assert chunks[0].choices[0].delta.role == "assistant"
