@@ -86,3 +86,44 @@ def test_tokens_from_another_drafter_do_not_start_a_follow() -> None:
     history += [7, 8, 9]  # the model's 7 and 8 accepted, then the target's 9 (the source's third token)
     d.accept(history, 2)
     assert d.propose(history, 4).kind != "ngram/follow"
+
+
+def _step(d: NgramDrafter, history: list[int], emitted: list[int], n_accepted: int = 0) -> None:
+    history += emitted
+    d.accept(history, n_accepted)
+
+
+def _after_one_scored_step(target_token: int) -> tuple[NgramDrafter, list[int]]:
+    """A history whose last token has occurred twice before: the oldest occurrence continued with 1, the most recent
+    with 2. The step drafts from the most recent (2), the text goes on with ``target_token``, then a few steps
+    without a rival, until the same token ends the history again."""
+    d = NgramDrafter(max_n=1)
+    history = [5, 1, 5, 2, 5]
+    d.begin(history)
+    first = d.propose(history, 1)
+    assert first.tokens == [2] and first.kind == "ngram/1"  # the most recent occurrence leads at first
+    _step(d, history, [target_token])
+    d.propose(history, 1)
+    _step(d, history, [9])  # the draft rejected, the text goes elsewhere: no two occurrences to compare here
+    assert d.propose(history, 1).tokens == []  # 9 never occurred: nothing to draft, nothing scored
+    _step(d, history, [5])
+    return d, history
+
+
+def test_the_oldest_occurrence_leads_once_it_has_continued_the_text_better() -> None:
+    # copying a document from the prompt, the recent occurrences are the model's own drifting copy: when the oldest
+    # occurrence was the one the text followed, it leads the next draft, as a kind of its own (learned separately)
+    d, history = _after_one_scored_step(1)
+    lead = d.propose(history, 1)
+    assert lead.kind == "ngram/old" and lead.tokens == [1]
+
+
+def test_the_most_recent_occurrence_keeps_the_lead_while_it_does_better() -> None:
+    d, history = _after_one_scored_step(2)
+    assert d.propose(history, 1).kind == "ngram/1"
+
+
+def test_a_new_history_forgets_which_occurrence_did_better() -> None:
+    d, history = _after_one_scored_step(1)
+    d.begin(history)  # the same tokens, a new generation: no hindsight carried over
+    assert d.propose(history, 1).kind == "ngram/1"
