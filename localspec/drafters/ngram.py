@@ -11,10 +11,6 @@ occurrences (a few); it grows by max_n dictionary writes per accepted token, so 
   separately how far each kind of match deserves to be trusted.
 - **candidates**: asked for a width above 1, it adds other continuations (earlier occurrences of the longest
   match, most recent first, then of shorter ones), which the loop can verify together as a token tree.
-- **which occurrence leads**: the most recent occurrence of the longest match, unless the oldest one kept has lately
-  continued the text better, scored in hindsight at every step where the two differ ("ngram/old": the policy learns
-  its worth apart). Copying a document from the prompt, the recent occurrences are often the model's own output,
-  which drifts from the document.
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ from collections.abc import Sequence
 from localspec.drafters.base import Draft
 
 _RECENT = 4  # occurrences kept per n-gram: the sources of a tree's other candidates
-_EDGE_DECAY = 0.8  # how fast the oldest occurrence's lead over the most recent one is forgotten (per scored step)
 
 
 class NgramDrafter:
@@ -39,8 +34,6 @@ class NgramDrafter:
         self._index: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n + 1)]
         self._sources: list[int] = []  # where the last draft's candidates were copied from
         self._follow: int | None = None  # where to keep copying from, after a fully accepted draft
-        self._rivals: tuple[int, int] | None = None  # (most recent, oldest) start of the last step's longest match
-        self._edge = 0.0  # decayed: tokens the oldest occurrence continued right minus the most recent one's
 
     def begin(self, history: Sequence[int]) -> None:
         if not self._extends(history):
@@ -48,8 +41,6 @@ class NgramDrafter:
             self._index = [{} for _ in range(self.max_n + 1)]
         self._follow = None
         self._sources = []
-        self._rivals = None
-        self._edge = 0.0
         self._extend(history)
 
     def _extends(self, history: Sequence[int]) -> bool:
@@ -93,17 +84,14 @@ class NgramDrafter:
         self._extend(history)
         tokens = self._tokens
         self._sources = []
-        self._rivals = None
         if cap <= 0:
             return Draft(drafter=self.name)
         sources: list[tuple[int, str]] = []
         if self._follow is not None and self._follow < len(tokens):
             sources.append((self._follow, f"{self.name}/follow"))
         if not sources or width > 1:
-            matches = self._lead(self._matches(1 if width == 1 else 2 * width))
-            oldest_leads = self._rivals is not None and matches[0][0] == self._rivals[1]
-            sources += [(start, f"{self.name}/{'old' if oldest_leads and i == 0 else self._kind(n)}")
-                        for i, (start, n) in enumerate(matches)]
+            sources += [(start, f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}")
+                        for start, n in self._matches(1 if width == 1 else 2 * width)]
         candidates: list[list[int]] = []
         for start, kind in sources:
             candidate = tokens[start : start + cap]
@@ -120,40 +108,8 @@ class NgramDrafter:
             return Draft(drafter=self.name)
         return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]))
 
-    @staticmethod
-    def _kind(n: int) -> str:
-        return f"{min(n, 4)}{'+' if n >= 4 else ''}"
-
-    def _lead(self, matches: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """``matches`` with the oldest occurrence of the longest match first where it has lately done better."""
-        same = [m for m in matches if m[1] == matches[0][1]] if matches else []
-        if len(same) < 2:
-            return matches
-        oldest = same[-1]
-        self._rivals = (matches[0][0], oldest[0])
-        if self._edge <= 0:
-            return matches
-        return [oldest, *(m for m in matches if m != oldest)]
-
-    def _score(self, n: int) -> None:
-        """In hindsight: how many of the step's ``n`` tokens each rival would have drafted right."""
-        if self._rivals is None:
-            return
-        tokens = self._tokens
-        before = len(tokens) - n  # what the rivals could copy from when the step was drafted
-        new = tokens[before:]
-
-        def run(start: int) -> int:
-            got = tokens[start : min(start + n, before)]
-            return next((i for i, (a, b) in enumerate(zip(got, new, strict=False)) if a != b), min(len(got), n))
-
-        recent, oldest = self._rivals
-        self._edge = _EDGE_DECAY * self._edge + run(oldest) - run(recent)
-        self._rivals = None
-
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         self._extend(history)
-        self._score(n_accepted + 1)
         self._follow = None
         # the step's tokens (accepted draft, then the target's own) all continue a source: keep following it.
         # Compare them all: under `auto` the accepted tokens may have come from another drafter, and with a tree
