@@ -3,9 +3,10 @@
 what the H100 lived (../shared/gpu/h100-2026-11-25/); and the fit of the table's host time and graph capture to
 those live runs (docs/performance.md, "Pass shapes on a GPU").
 
-Generates each suite prompt's greedy target-only output once on this machine (cached in bench-out/, shared with
-scripts/replay_tables.py), then prices n-gram drafting on the table: one at a time with fixed k = 3, 7, 15 and the
-adaptive policy, and as one batch of 8 and 16 lanes; "before" replays the policy without pass shapes (every
+Takes each suite prompt's greedy target-only output from scripts/replay-outputs.json (the same texts on any machine;
+replay_tables.outputs: REPLAY_OUTPUTS=here generates this machine's own, cached in bench-out/), then prices n-gram
+drafting on the table: one at a time with fixed k = 3, 7, 15 and the adaptive policy, and as one batch of 8 and 16
+lanes; "before" replays the policy without pass shapes (every
 pass its own size, as at be0108d), "now" with the sizes the table's device keeps.
 
     .venv/bin/python scripts/gpu_replay.py [--table h100]     # the comparison, medians per category
