@@ -10,6 +10,7 @@ speedup on an open-ended prompt.
     .venv/bin/python scripts/replay_tables.py [--suite FILE ...] [--tables h100,epyc-avx2-2t,spr-2t]
     .venv/bin/python scripts/replay_tables.py --validate LIVE.json   # replay vs the live runs in LIVE.json
     .venv/bin/python scripts/replay_tables.py --trees               # token trees (--branches 4) against one chain
+    .venv/bin/python scripts/replay_tables.py --summed              # each suite as a whole, adaptive and fixed k
     .venv/bin/python scripts/replay_tables.py --ship-outputs        # this machine's outputs become the shipped ones
 """
 
@@ -111,6 +112,32 @@ def judge(tables: dict[str, CostTable], prompts: list[BenchPrompt], outs: dict) 
         low = min(open_ended, key=lambda i: rows[i]["adaptive"])
         print(f"| {name} | {med[best]:.2f}x ({best}) | {med['adaptive']:.2f}x | {med['adaptive'] / med[best]:.3f} "
               f"| {med['oracle']:.2f}x | {rows[low]['adaptive']:.3f}x ({low}) |")
+
+
+def summed(tables: dict[str, CostTable], suites: list[Path | None]) -> None:
+    """Per table and suite: the whole suite's target-only time over its n-gram time (adaptive, k = 3, 7, 15), and
+    the grounded median. One figure for a suite, so a change that moves single prompts either way is weighed."""
+    import localspec
+
+    print(f"localspec from {Path(localspec.__file__).parent}")
+    print("| table | suite | adaptive (grounded median) | k=3 | k=7 | k=15 | adaptive ÷ best fixed k |")
+    print("|---|---|---|---|---|---|---|")
+    for name, table in tables.items():
+        for suite in suites:
+            prompts = list(load_suite(suite).prompts)
+            outs = outputs(prompts)
+            cells = {}
+            for label, k in (("adaptive", None), ("k=3", 3), ("k=7", 7), ("k=15", 15)):
+                plain = [replay("none", *outs[p.id][:2], table, eog=outs[p.id][2]).decode_seconds for p in prompts]
+                drafted = [replay("ngram", *outs[p.id][:2], table, k=k, eog=outs[p.id][2]).decode_seconds
+                           for p in prompts]
+                grounded = statistics.median(a / b for p, a, b in zip(prompts, plain, drafted, strict=True)
+                                             if p.category == "grounded")
+                cells[label] = (sum(plain) / sum(drafted), grounded)
+            best = max(v[0] for c, v in cells.items() if c != "adaptive")
+            print(f"| {name} | {'built-in' if suite is None else Path(suite).stem} | "
+                  + " | ".join(f"{v[0]:.3f}x ({v[1]:.2f}x)" if c == "adaptive" else f"{v[0]:.3f}x"
+                               for c, v in cells.items()) + f" | {cells['adaptive'][0] / best:.3f} |")
 
 
 def hindsight(table: CostTable, prompt: list[int], output: list[int], branches: int) -> float:
@@ -242,12 +269,18 @@ def main() -> None:
     ap.add_argument("--validate", type=Path, help="live runs to compare the replay with (h100-live format)")
     ap.add_argument("--bare", action="store_true", help="ignore the tables' step overhead (price bare passes)")
     ap.add_argument("--trees", action="store_true", help="token trees (up to 4 candidates) against one chain")
+    ap.add_argument("--summed", action="store_true",
+                    help="each suite's summed speedup (adaptive, k = 3, 7, 15) and grounded median, per table")
     ap.add_argument("--ship-outputs", action="store_true",
                     help=f"write this machine's greedy outputs of the suites to {SHIPPED_OUTPUTS.name} (after a "
                          "suite's prompts changed; every replayed figure moves with them)")
     args = ap.parse_args()
     suites = args.suite or [None, ROOT.parent / "shared" / "bench" / "prompts.jsonl"]
     prompts = [p for s in suites if s is None or Path(s).exists() for p in load_suite(s).prompts]
+    if args.summed:
+        summed({name: load_cost_table(name) for name in args.tables.split(",")},
+               [s for s in suites if s is None or Path(s).exists()])
+        return
     if args.ship_outputs:
         os.environ["REPLAY_OUTPUTS"] = "here"
         outputs(prompts)
