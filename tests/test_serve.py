@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from localspec.bench.compare import NEAR_TIE_MARGIN
 from localspec.cli import app
 from localspec.engine import Model
+from localspec.engine.chat import ChatTemplate, Message
 from tests.conftest import ROOT, assert_one_line_error, localspec
 from tests.near_ties import top2_gap
 
@@ -118,16 +119,21 @@ def run_text(prompt: str, *flags: str) -> str:
     return json.loads(result.stdout)["text"]
 
 
-def test_greedy_text_through_the_openai_client_is_runs(server: Server) -> None:
+def test_greedy_text_through_the_openai_client_is_runs(server: Server, model_path: Path) -> None:
     client = server.client()
     prompt = PROMPTS[0]
     completion = client.completions.create(model="default", prompt=prompt, max_tokens=32, temperature=0)
-    assert completion.choices[0].text == run_text(prompt)
     assert completion.usage is not None and completion.usage.completion_tokens == 32
     chat = client.chat.completions.create(model="gemma3-270m", messages=[{"role": "user", "content": prompt}],
                                           max_tokens=32, temperature=0)
-    assert chat.choices[0].message.content == run_text(prompt, "--chat")
     assert chat.choices[0].message.role == "assistant" and chat.choices[0].finish_reason == "length"
+    # the same text as `run`, up to a near-tie: the server prefills and verifies in other batch shapes than `run`,
+    # and past the list this 270M model's tokens are nearly even (CI, 2026-11-26: " purchased" against
+    # " mendatangmodel" after the chat's answer)
+    completion_run, chat_run = run_text(prompt), run_text(prompt, "--chat")
+    with Model(model_path) as model:
+        assert _agree(model, prompt, completion.choices[0].text or "", completion_run)
+        assert _agree(model, prompt, chat.choices[0].message.content or "", chat_run, chat=True)
 
 
 def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(server: Server) -> None:
@@ -180,17 +186,26 @@ def test_eight_streaming_clients_at_once_all_finish_with_their_own_text(server: 
     assert after["localspec_busy_sequences"] == 0 and after["localspec_queue_length"] == 0
 
 
-def _agree(model: Model, prompt: str, a: str, b: str) -> bool:
+def _agree(model: Model, prompt: str, a: str, b: str, *, chat: bool = False) -> bool:
     """Equal, or apart only from a near-tie on: where they part, the prediction's top two are within the margin
-    (at the token boundary just before the first differing character, or the one before it: a token may end
-    past it). A stream holding another request's text parts from its own at once, on a clear prediction."""
+    (at the first token where they differ, or the one before it: generated tokens retokenized may merge). A
+    stream holding another request's text parts from its own at once, on a clear prediction.
+    ``chat``: ``prompt`` was the one user message of a chat, answered in the model's chat template."""
     if a == b:
         return True
-    n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    prompt_tokens = model.vocab.tokenize(prompt, add_special=True)
-    common = model.vocab.tokenize(prompt + a[:n], add_special=True)[len(prompt_tokens):]
-    places = [prompt_tokens + common[:j] for j in (len(common) - 1, len(common)) if j >= 0]
-    return min(top2_gap(model, tokens) for tokens in places) <= NEAR_TIE_MARGIN
+    if chat:
+        prompt = ChatTemplate.for_model(model).apply([Message("user", prompt)])
+
+    def tokens(text: str) -> list[int]:
+        return model.vocab.tokenize(text, add_special=True, parse_special=chat)
+
+    # where the two part as tokens: cut at the first differing character instead, and a text ending in a space
+    # would be measured after a lone " " token, whose next token is always uncertain
+    prompt_tokens = tokens(prompt)
+    ta, tb = tokens(prompt + a)[len(prompt_tokens):], tokens(prompt + b)[len(prompt_tokens):]
+    k = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
+    places = [prompt_tokens + ta[:j] for j in (k - 1, k) if j >= 0]
+    return min(top2_gap(model, place) for place in places) <= NEAR_TIE_MARGIN
 
 
 def test_a_conversation_that_comes_back_reuses_its_cached_turns(server: Server) -> None:
@@ -206,7 +221,7 @@ def test_a_conversation_that_comes_back_reuses_its_cached_turns(server: Server) 
     assert second.model_extra["timings"]["prompt_n"] < 30  # type: ignore[index]
 
 
-def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Server) -> None:
+def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Server, model_path: Path) -> None:
     client = server.client()
     plain = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "x"}],
                                            max_tokens=2)
@@ -218,8 +233,10 @@ def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Serv
     none = client.completions.create(model="default", prompt=PROMPTS[2], max_tokens=24,
                                      extra_body={"speculation": {"drafter": "none"}})
     assert none.model_extra["timings"]["draft_n"] == 0  # type: ignore[index]
-    assert none.choices[0].text == client.completions.create(model="default", prompt=PROMPTS[2],
-                                                             max_tokens=24).choices[0].text
+    drafted = client.completions.create(model="default", prompt=PROMPTS[2], max_tokens=24).choices[0].text
+    if none.choices[0].text != drafted:  # other pass shapes: a near-tie may go either way, nothing else may
+        with Model(model_path) as model:
+            assert _agree(model, PROMPTS[2], none.choices[0].text, drafted), (none.choices[0].text, drafted)
 
 
 @pytest.mark.parametrize(("body", "param"), [
