@@ -77,9 +77,26 @@ def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int],
 
 
 def ship_outputs(prompts: list[BenchPrompt]) -> None:
-    """This machine's cached outputs of ``prompts`` become the shipped ones (the others there are kept)."""
-    here = json.loads((ROOT / "bench-out" / "replay-outputs.json").read_text())["by_prompt"]
-    doc = json.loads(SHIPPED_OUTPUTS.read_text()) if SHIPPED_OUTPUTS.exists() else {"about": ""}
+    """``prompts``' greedy outputs, generated afresh on this machine, become the shipped ones (the others there are
+    kept): a cached output may be of an older build or model."""
+    cache = ROOT / "bench-out" / "replay-outputs.json"
+    if cache.exists():
+        kept = json.loads(cache.read_text()).get("by_prompt", {})
+        cache.write_text(json.dumps({"by_prompt": {k: v for k, v in kept.items()
+                                                   if k not in {_key(p) for p in prompts}}}))
+    os.environ["REPLAY_OUTPUTS"] = "here"
+    outputs(prompts)
+    here = json.loads(cache.read_text())["by_prompt"]
+    doc = json.loads(SHIPPED_OUTPUTS.read_text()) if SHIPPED_OUTPUTS.exists() else {}
+    import llama_cpp
+
+    from localspec.machine import processor_name
+
+    doc["about"] = (f"Greedy target-only outputs of the bench suites' prompts, generated {time.strftime('%Y-%m-%d')} "
+                    f"on {processor_name()} with llama-cpp-python {llama_cpp.__version__} "
+                    "by scripts/replay_tables.py --ship-outputs: the texts every replay script prices unless "
+                    "REPLAY_OUTPUTS=here, so a replayed figure is the same on any machine. Keyed by sha256 of "
+                    "[prompt, max_tokens], first 16 hex digits: [prompt tokens, output tokens].")
     doc["by_prompt"] = dict(sorted({**doc.get("by_prompt", {}), **{_key(p): here[_key(p)] for p in prompts}}.items()))
     SHIPPED_OUTPUTS.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     print(f"{SHIPPED_OUTPUTS}: {len(prompts)} prompts' outputs from this machine")
@@ -115,29 +132,31 @@ def judge(tables: dict[str, CostTable], prompts: list[BenchPrompt], outs: dict) 
 
 
 def summed(tables: dict[str, CostTable], suites: list[Path | None]) -> None:
-    """Per table and suite: the whole suite's target-only time over its n-gram time (adaptive, k = 3, 7, 15), and
-    the grounded median. One figure for a suite, so a change that moves single prompts either way is weighed."""
+    """Per table and suite: the whole suite's target-only time over its n-gram time (adaptive, k = 3, 7, 15, and the
+    best fixed k of 1..15), and the grounded median. One figure for a suite, so a change that moves single prompts
+    either way is weighed."""
     import localspec
 
     print(f"localspec from {Path(localspec.__file__).parent}")
-    print("| table | suite | adaptive (grounded median) | k=3 | k=7 | k=15 | adaptive ÷ best fixed k |")
-    print("|---|---|---|---|---|---|---|")
+    print("| table | suite | adaptive (grounded median) | k=3 | k=7 | k=15 | best fixed k | adaptive ÷ best fixed k |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, table in tables.items():
         for suite in suites:
             prompts = list(load_suite(suite).prompts)
             outs = outputs(prompts)
+            plain = [replay("none", *outs[p.id][:2], table, eog=outs[p.id][2]).decode_seconds for p in prompts]
             cells = {}
-            for label, k in (("adaptive", None), ("k=3", 3), ("k=7", 7), ("k=15", 15)):
-                plain = [replay("none", *outs[p.id][:2], table, eog=outs[p.id][2]).decode_seconds for p in prompts]
+            for k in (None, *FIXED_KS):
                 drafted = [replay("ngram", *outs[p.id][:2], table, k=k, eog=outs[p.id][2]).decode_seconds
                            for p in prompts]
                 grounded = statistics.median(a / b for p, a, b in zip(prompts, plain, drafted, strict=True)
                                              if p.category == "grounded")
-                cells[label] = (sum(plain) / sum(drafted), grounded)
-            best = max(v[0] for c, v in cells.items() if c != "adaptive")
-            print(f"| {name} | {'built-in' if suite is None else Path(suite).stem} | "
-                  + " | ".join(f"{v[0]:.3f}x ({v[1]:.2f}x)" if c == "adaptive" else f"{v[0]:.3f}x"
-                               for c, v in cells.items()) + f" | {cells['adaptive'][0] / best:.3f} |")
+                cells[k] = (sum(plain) / sum(drafted), grounded)
+            best = max(FIXED_KS, key=lambda k: cells[k][0])
+            label = name if "/" not in name else Path(name).name
+            print(f"| {label} | {'built-in' if suite is None else Path(suite).stem} | {cells[None][0]:.3f}x "
+                  f"({cells[None][1]:.2f}x) | " + " | ".join(f"{cells[k][0]:.3f}x" for k in (3, 7, 15))
+                  + f" | {cells[best][0]:.3f}x (k={best}) | {cells[None][0] / cells[best][0]:.3f} |")
 
 
 def hindsight(table: CostTable, prompt: list[int], output: list[int], branches: int) -> float:
@@ -282,8 +301,6 @@ def main() -> None:
                [s for s in suites if s is None or Path(s).exists()])
         return
     if args.ship_outputs:
-        os.environ["REPLAY_OUTPUTS"] = "here"
-        outputs(prompts)
         ship_outputs(prompts)
         return
     outs = outputs(prompts)
