@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Each `localspec bench --json` file's summed speedup per drafter: the suite's target-only time over its time with
-the drafter, each prompt weighed by its target-only time (a per-prompt median hides a change that moves single
-prompts either way), and the grounded median. For before/after runs made one after the other.
+"""Each `localspec bench --json` file's summed speedup per drafter: the suite's target-only time a token, summed over
+its prompts, over the same with the drafter (as if every prompt generated as many tokens: the JSON has rates, not
+counts; a per-prompt median hides a change that moves single prompts either way), and the grounded median. For
+before/after runs made one after the other.
 
     .venv/bin/python scripts/bench_summed.py OUT/head-*.json OUT/base-*.json
 """

@@ -14,9 +14,11 @@
 #      lanes: lane_pass_costs.py --after-change), CUDA graphs on and off (GGML_CUDA_DISABLE_GRAPHS=1, the control).
 #   7. A model as the drafter (the target as its own draft model, adaptive, pinned k = 5, and auto's cascade): its
 #      draft lengths keep to the pass sizes the GPU keeps since session 12 (docs/performance.md).
-#   8. Before/after in one lease: n-gram on both suites, this checkout against the localspec of AT=DIR (a tree of
-#      another commit: here, `mkdir -p bench-out/ab && git archive COMMIT localspec | tar -x -C bench-out/ab`, then
-#      carry bench-out/ab and run with AT=bench-out/ab), interleaved, 3 rounds; scripts/bench_summed.py sums each.
+#   8. Before/after in one lease: n-gram, this checkout against the localspec of AT=DIR (a tree of another commit:
+#      here, `mkdir -p bench-out/ab && git archive COMMIT localspec | tar -x -C bench-out/ab`, then carry
+#      bench-out/ab and run with AT=bench-out/ab), interleaved, 3 rounds, on the built-in suite and on HELDOUT=FILE
+#      where given (../shared does not travel to the device: `cp ../shared/bench/prompts.jsonl bench-out/ab/` and
+#      HELDOUT=bench-out/ab/prompts.jsonl); scripts/bench_summed.py sums each run.
 #      (scripts/at_commit needs a .venv, which the GPU machine has not: localspec runs there from PYTHONPATH.)
 #
 #     bash scripts/gpu_live.sh [steps: 1 2 3 4 5 6 7 8]
@@ -93,22 +95,25 @@ if has 7; then
   echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/bench-draft.txt"
 fi
 if has 8; then
-  step "n-gram: this checkout against the localspec in AT=${AT:-} (interleaved, 3 rounds, both suites)"
+  step "n-gram: this checkout against the localspec in AT=${AT:-} (interleaved, 3 rounds)"
+  suites=(builtin)
+  if [ -n "${HELDOUT:-}" ] && [ -f "$HELDOUT" ]; then suites+=(heldout); else
+    echo "no HELDOUT=FILE here (${HELDOUT:-unset}): the built-in suite only" | tee -a "$OUT/log.txt"; fi
   if [ -z "${AT:-}" ] || [ ! -f "$AT/localspec/__init__.py" ]; then
     echo "step 8 needs AT=DIR holding another commit's localspec/ (see the top of this script)" | tee -a "$OUT/log.txt"
   else
     mkdir -p "$OUT/ab"
     for i in 1 2 3; do
-      for suite in builtin heldout; do
+      for suite in "${suites[@]}"; do
         args=(bench --drafters none,ngram --repeat 1 --json)
-        [ $suite = heldout ] && args+=(--suite ../shared/bench/prompts.jsonl)
+        [ "$suite" = heldout ] && args+=(--suite "$HELDOUT")
         timeout 400 $py -m localspec "${args[@]}" > "$OUT/ab/here-$suite-$i.json" 2>> "$OUT/ab/err.txt"
         # -P: the working directory (this checkout) is not put before PYTHONPATH, so AT's localspec is the one run
         PYTHONPATH="$AT${PYTHONPATH:+:$PYTHONPATH}" timeout 400 $py -P -m localspec "${args[@]}" \
           > "$OUT/ab/at-$suite-$i.json" 2>> "$OUT/ab/err.txt"
       done
     done
-    $py scripts/bench_summed.py "$OUT"/ab/here-*.json "$OUT"/ab/at-*.json | tee -a "$OUT/log.txt"
+    $py scripts/bench_summed.py "$OUT"/ab/here-*.json "$OUT"/ab/at-*.json 2>&1 | tee -a "$OUT/log.txt"
   fi
 fi
 if has 5; then
