@@ -11,6 +11,7 @@ pass its own size, as at be0108d), "now" with the sizes the table's device keeps
 
     .venv/bin/python scripts/gpu_replay.py [--table h100]     # the comparison, medians per category
     .venv/bin/python scripts/gpu_replay.py --fit              # fit host time and capture to the live figures
+    .venv/bin/python scripts/gpu_replay.py --check            # the shipped table against the live figures
     .venv/bin/python scripts/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
     .venv/bin/python scripts/gpu_replay.py --ceiling          # each goal against what the passes allow
     .venv/bin/python scripts/gpu_replay.py --host             # the Python work per pass, timed on this machine
@@ -73,6 +74,18 @@ def figures(table: CostTable, outs: dict, ids: list[str]) -> dict[str, float]:
         got[f"plain batch, {lanes} lanes"] = batch_rate(table, known, "none", lanes, None, shapes=False) / single
         got[f"k=3 batch, {lanes} lanes"] = batch_rate(table, known, "ngram", lanes, 3, shapes=False) / single
     return got
+
+
+def check(table: CostTable, outs: dict, ids: list[str]) -> None:
+    """Each live figure beside its replay on ``table`` and the gap, against the tolerance the table is held to."""
+    print(f"{table.source}, the loop as the H100 ran it (be0108d, no pass shapes), against what it lived:\n")
+    print("| figure | replayed | live | gap | within |")
+    print("|---|---|---|---|---|")
+    for name, got in figures(table, outs, ids).items():
+        live, tolerance = LIVE[name], 0.10 if name.startswith("plain") else 0.07
+        gap = got / live - 1
+        print(f"| {name} | {got:.2f}x | {live:.2f}x | {gap:+.1%} | {'yes' if abs(gap) <= tolerance else 'NO'} "
+              f"({tolerance:.0%}) |")
 
 
 def fit(table: CostTable, outs: dict, ids: list[str]) -> CostTable:
@@ -205,6 +218,9 @@ def main() -> None:
     ap.add_argument("--suite", type=Path, action="append",
                     help="JSONL suite instead of the built-in one (repeatable; the shared prompts are held out)")
     ap.add_argument("--fit", action="store_true", help="fit host time and capture to the live H100 figures")
+    ap.add_argument("--check", action="store_true",
+                    help="the table as shipped against the live H100 figures (the loop as it ran there, be0108d): "
+                         "fixed k should be within 7%%, plain batching within 10%%")
     ap.add_argument("--ceiling", action="store_true", help="grounded prompts and batches: what the passes allow")
     ap.add_argument("--host", action="store_true", help="time the Python work per pass (this machine, no decode)")
     ap.add_argument("--code", type=Path, help="import localspec from this tree instead (a worktree of another "
@@ -220,6 +236,9 @@ def main() -> None:
               f"graph_capture_seconds {table.capture:.6f}\n")
         print("  ".join(f"{n} {v:.2f} (live {LIVE[n]:.2f})"
                         for n, v in figures(table, outs, [p.id for p in prompts]).items()))
+        return
+    if args.check:
+        check(table, outs, [p.id for p in prompts])
         return
     if args.ceiling:
         ceiling(table, outs, prompts)

@@ -39,14 +39,14 @@ def _key(p: BenchPrompt) -> str:
     return hashlib.sha256(json.dumps([p.prompt, p.max_tokens]).encode()).hexdigest()[:16]
 
 
-def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int], bool]]:
+def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tuple[list[int], list[int], bool]]:
     """prompt id -> (prompt tokens, greedy target-only output, ended on end-of-generation). The shipped outputs
     (scripts/replay-outputs.json) where they have the prompt, so that a replayed figure does not depend on the
     machine: greedy texts differ between CPUs at near-ties, and the same code replayed the 16-lane batch at 3.95x
     over one machine's texts and 4.11x over another's. Other prompts (and all, with REPLAY_OUTPUTS=here) are
     generated once on this machine and cached (bench-out/replay-outputs.json, keyed by each prompt's text and
-    budget, so suites share it). (No suite here has stop strings: an output shorter than its budget ended on
-    end-of-generation.)"""
+    budget, so suites share it). ``here``: this machine's only, as REPLAY_OUTPUTS=here. (No suite here has stop
+    strings: an output shorter than its budget ended on end-of-generation.)"""
     cache = ROOT / "bench-out" / "replay-outputs.json"
     key = _key
 
@@ -57,7 +57,7 @@ def outputs(prompts: list[BenchPrompt]) -> dict[str, tuple[list[int], list[int],
             return {}
 
     known = read(cache)
-    shipped = {} if os.environ.get("REPLAY_OUTPUTS") == "here" else read(SHIPPED_OUTPUTS)
+    shipped = {} if here or os.environ.get("REPLAY_OUTPUTS") == "here" else read(SHIPPED_OUTPUTS)
     missing = [p for p in prompts if key(p) not in known and key(p) not in shipped]
     if missing:
         from localspec.events import Step
@@ -84,9 +84,8 @@ def ship_outputs(prompts: list[BenchPrompt]) -> None:
         kept = json.loads(cache.read_text()).get("by_prompt", {})
         cache.write_text(json.dumps({"by_prompt": {k: v for k, v in kept.items()
                                                    if k not in {_key(p) for p in prompts}}}))
-    os.environ["REPLAY_OUTPUTS"] = "here"
-    outputs(prompts)
-    here = json.loads(cache.read_text())["by_prompt"]
+    outputs(prompts, here=True)
+    generated = json.loads(cache.read_text())["by_prompt"]
     doc = json.loads(SHIPPED_OUTPUTS.read_text()) if SHIPPED_OUTPUTS.exists() else {}
     import llama_cpp
 
@@ -97,7 +96,8 @@ def ship_outputs(prompts: list[BenchPrompt]) -> None:
                     "by scripts/replay_tables.py --ship-outputs: the texts every replay script prices unless "
                     "REPLAY_OUTPUTS=here, so a replayed figure is the same on any machine. Keyed by sha256 of "
                     "[prompt, max_tokens], first 16 hex digits: [prompt tokens, output tokens].")
-    doc["by_prompt"] = dict(sorted({**doc.get("by_prompt", {}), **{_key(p): here[_key(p)] for p in prompts}}.items()))
+    fresh = {_key(p): generated[_key(p)] for p in prompts}
+    doc["by_prompt"] = dict(sorted({**doc.get("by_prompt", {}), **fresh}.items()))
     SHIPPED_OUTPUTS.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     print(f"{SHIPPED_OUTPUTS}: {len(prompts)} prompts' outputs from this machine")
 
