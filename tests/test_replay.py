@@ -217,3 +217,26 @@ def test_the_replay_scripts_price_shipped_outputs_of_every_suite_prompt() -> Non
         assert prompt_tokens and all(isinstance(t, int) for t in prompt_tokens + output)
     outs = replay_tables.outputs(prompts)  # all shipped: nothing is generated (no model is loaded here)
     assert {p.id for p in prompts} == set(outs)
+
+
+def test_a_run_that_parted_at_a_near_tie_is_priced_over_target_only_s_text() -> None:
+    from localspec.bench.compare import Divergence
+    from localspec.bench.records import RunRecord
+    from localspec.bench.replay import replay_records
+
+    flipped = OUTPUT[:5] + [OUTPUT[5] + 1000] + OUTPUT[:34]  # parts at token 5, then a text of its own
+
+    def run(drafter: str, tokens: list[int], divergence: Divergence | None = None) -> RunRecord:
+        return RunRecord("p", "grounded", drafter, 0, tokens, "", len(tokens), 1.0, 40.0, stop_reason="length",
+                         compared=True, divergence=divergence)
+
+    table = load_cost_table("h100")
+    tie, real = Divergence(5, OUTPUT[5], flipped[5], gap=0.1, near_tie=True), Divergence(5, gap=3.0, near_tie=False)
+    priced, _ = replay_records([run("none", OUTPUT), run("ngram", flipped, tie), run("ngram:k3", flipped, real)],
+                               {"p": PROMPT}, table, fixed_k=None, with_draft_model=False)
+    by = {r.drafter: r for r in priced}
+    over_target_only = replay("ngram", PROMPT, OUTPUT, table).decode_seconds
+    assert by["ngram"].decode_seconds == pytest.approx(over_target_only)
+    # a real divergence is the run's own text (and a bug to report): priced as it ran
+    assert by["ngram:k3"].decode_seconds == pytest.approx(replay("ngram", PROMPT, flipped, table, k=3).decode_seconds)
+    assert by["ngram:k3"].decode_seconds != pytest.approx(replay("ngram", PROMPT, OUTPUT, table, k=3).decode_seconds)

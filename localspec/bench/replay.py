@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from localspec.bench.compare import BASELINE
+from localspec.bench.compare import BASELINE, baselines
 from localspec.bench.cost_table import CostTable, load_cost_table, shipped_tables
 from localspec.bench.records import RunRecord
 from localspec.bench.runner import split_variant
@@ -328,16 +328,20 @@ def replay_records(
     """Every run priced on ``table`` (its tokens drafted again by the same drafter and policy, with trees of up to
     ``branches`` candidates), plus an ``oracle`` (a chain's ceiling)
     run per baseline; and the entries that could not be replayed (anchors, and drafters that need a model: ``auto``
-    too when it had a draft model to fall back on)."""
+    too when it had a draft model to fall back on). A run that parted from target-only at a near-tie is priced over
+    target-only's text: which way a near-tie went is this machine's numerics, not the drafter's doing nor the
+    device's, and drafters priced over other texts are compared on luck as much as on drafting."""
     out: list[RunRecord] = []
     skipped: list[str] = []
+    base = baselines(records)
     for r in records:
         name, k, b = (r.drafter, None, None) if r.anchor else split_variant(r.drafter)
         if r.anchor or name not in REPLAYABLE or (name == "auto" and with_draft_model) or r.prompt_id not in prompts:
             skipped.append(r.drafter)
             continue
-        prompt, eog = prompts[r.prompt_id], r.stop_reason == "eog"
-        got = replay(name, prompt, r.tokens, table, k=fixed_k if k is None else k, k_max=k_max, eog=eog,
+        text = base[r.prompt_id] if r.divergence is not None and r.divergence.near_tie else r
+        prompt, eog = prompts[r.prompt_id], text.stop_reason == "eog"
+        got = replay(name, prompt, text.tokens, table, k=fixed_k if k is None else k, k_max=k_max, eog=eog,
                      branches=branches if b is None else b)
         out.append(_priced(r, got, drafted=name != BASELINE))
         if name == BASELINE:
