@@ -201,6 +201,20 @@ def test_a_table_can_price_a_batch_s_prompts_and_the_replay_then_pays_for_them()
     assert paid.generated_tokens == free.generated_tokens and paid.seconds > free.seconds
 
 
+def test_the_loop_before_pass_shapes_decides_by_what_its_calibration_measured_there() -> None:
+    # be0108d's policy on the H100 believed its interleaved calibration (1 row 2.12 ms, where a repeated pass cost
+    # 1.10 and one without a graph 1.65): a replay of that loop decides by those figures and prices by the passes
+    table = load_cost_table("h100")
+    believed = table.calibration(17, steady=False)
+    assert believed[1] == pytest.approx(0.00212) and believed[17] == pytest.approx(0.00611)
+    assert table.calibration(17) == {n: table.bare(n) for n in range(1, 18)}  # the loop now: steady passes
+    without = replace(table, interleaved={})
+    assert without.calibration(3, steady=False) == {n: table.unsteady(n) for n in (1, 2, 3)}
+    known = [Known([7, 8, 9] * 20, OUTPUT, eog=False)]
+    assert replay_batch("ngram", known, table, 1, shapes=False).seconds != \
+        replay_batch("ngram", known, without, 1, shapes=False).seconds
+
+
 def test_the_replay_scripts_price_shipped_outputs_of_every_suite_prompt() -> None:
     # the replayed figures in docs/performance.md are reproducible on any machine only while every prompt of the
     # suites has its shipped greedy output (a prompt changed without `replay_tables.py --ship-outputs` would be

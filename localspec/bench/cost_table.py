@@ -5,7 +5,9 @@ A table maps n (tokens in one pass, an output at each) to the seconds a bare pas
 costs right after a change of size (``seconds_by_batch_after_change``: no graph, measured with
 ``GGML_CUDA_DISABLE_GRAPHS=1`` or in interleaved passes) and what the pass that captures a new graph adds
 (``graph_capture_seconds``), and the replay prices each pass by where it stands in the graph's warm-up
-(speculative/shapes.py ``Warmup``). A CPU table has neither: every pass costs its steady price.
+(speculative/shapes.py ``Warmup``). A CPU table has neither: every pass costs its steady price. What localspec's
+own calibration measured there with sizes interleaved (``seconds_by_batch_interleaved``) is what its policy
+believed before pass shapes: a replay of that loop decides by it and prices by the passes.
 
 A live step also pays host time around its pass (reading back, verifying, the policy, Python): a table carries that
 as ``step_overhead_seconds`` (``base`` per step, ``draft_step`` more when the pass verifies a draft, ``per_token`` ×
@@ -47,6 +49,9 @@ class CostTable:
     # batch's prompt chunks cost nothing and its replay ran 12% above this CPU's live runs (docs/performance.md,
     # "The batch replay against this CPU")
     prompt_share: float = 0.0
+    # what localspec's own calibration measured there with sizes interleaved (a GPU: each pass right after another
+    # size, with a read-back): the costs its policy believed before pass shapes, whatever the passes then cost
+    interleaved: dict[int, float] = field(default_factory=dict)
 
     def bare(self, n: int) -> float:
         """A bare steady pass of n tokens: measured, interpolated between measured sizes, or extended by the last
@@ -88,8 +93,10 @@ class CostTable:
 
     def calibration(self, n_max: int, *, steady: bool = True) -> dict[int, float]:
         """What localspec's calibration would measure on that device, 1..n_max: bare steady passes, or (``steady``
-        False) passes right after a change of size, as its calibration measured them before pass shapes (sizes
-        interleaved: on a GPU, every pass without a graph)."""
+        False) as its calibration measured them before pass shapes, sizes interleaved: what the table says it
+        measured there, else passes right after a change of size (on a GPU, every pass without a graph)."""
+        if not steady and self.interleaved:
+            return {n: _interpolate(self.interleaved, n) for n in range(1, n_max + 1)}
         return {n: self.bare(n) if steady else self.unsteady(n) for n in range(1, n_max + 1)}
 
     def shapes(self, n_max: int) -> Shapes:
@@ -158,4 +165,5 @@ def load_cost_table(spec: str | Path) -> CostTable:
         source=path.name, after_change=after, capture=float(data.get("graph_capture_seconds", 0.0)),
         eight_lanes=_seconds(path, data.get("seconds_by_batch_8_lanes") or {}),
         prompt_share=float(data.get("prompt_token_share", 0.0)),
+        interleaved=_seconds(path, data.get("seconds_by_batch_interleaved") or {}),
     )
