@@ -147,7 +147,8 @@ def test_bench_parallel_runs_the_suite_as_one_batch_beside_one_at_a_time(tmp_pat
                                                    "prompt": f"Repeat: red, green, blue, {i}. Again: red,"})
                                        for i in range(3)))
     result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none,ngram,ngram:k3",
-                                      "--parallel", "2", "--model", str(model_path), "--ctx", "256"])
+                                      "--parallel", "2", "--repeat", "1", "--model", str(model_path),
+                                      "--ctx", "256"])
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Live on this machine, --parallel 2" in out

@@ -147,12 +147,14 @@ PROMPTS = ["Here is a list: apples, pears, plums, cherries, grapes.\nRepeat the 
 def test_greedy_text_over_two_rpc_servers_is_the_local_text_up_to_near_ties(
     servers: list[Endpoint], model_path: Path
 ) -> None:
-    for drafter in ("none", "ngram"):
-        spec = SpeculationSettings(drafter=drafter, k=4)  # fixed: no calibration over the servers' random ports
-        with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=512), spec)) as local, \
-                Runtime.open(Settings(str(model_path), RuntimeSettings(
-                    n_ctx=512, rpc=tuple(map(str, servers)), tensor_split=(1.0, 1.0)), spec)) as remote:
-            assert remote.device.startswith("RPC ") and str(servers[1]) in remote.device
+    spec = SpeculationSettings(drafter="none", k=4)  # fixed: no calibration over the servers' random ports
+    with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=512), spec)) as local, \
+            Runtime.open(Settings(str(model_path), RuntimeSettings(
+                n_ctx=512, rpc=tuple(map(str, servers)), tensor_split=(1.0, 1.0)), spec)) as remote:
+        assert remote.device.startswith("RPC ") and str(servers[1]) in remote.device
+        for drafter in ("none", "ngram"):
+            local.set_drafter(drafter)
+            remote.set_drafter(drafter)
             for prompt in PROMPTS:
                 here, there = _greedy(local, prompt, 24), _greedy(remote, prompt, 24)
                 if here != there:
