@@ -20,8 +20,11 @@
 #      where given (../shared does not travel to the device: `cp ../shared/bench/prompts.jsonl bench-out/ab/` and
 #      HELDOUT=bench-out/ab/prompts.jsonl); scripts/bench_summed.py sums each run.
 #      (scripts/at_commit needs a .venv, which the GPU machine has not: localspec runs there from PYTHONPATH.)
+#   9. This GPU's own greedy texts of the suite (and of HELDOUT=FILE), saved to $OUT/replay-outputs-gpu.json, and the
+#      shipped H100 table's check against the live figures over them (scripts/gpu_replay.py --check): the replay
+#      otherwise prices a CPU's texts. Later, anywhere: REPLAY_OUTPUTS=replay-outputs-gpu.json scripts/gpu_replay.py
 #
-#     bash scripts/gpu_live.sh [steps: 1 2 3 4 5 6 7 8]
+#     bash scripts/gpu_live.sh [steps: 1 2 3 4 5 6 7 8 9]
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 steps=${*:-1 2 3}
@@ -137,4 +140,18 @@ EOF
   step "the Python work of a pass on this host (no profiler)"
   timeout 300 $py scripts/gpu_replay.py --host > "$OUT/host.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"
   cat "$OUT/host.txt"
+fi
+if has 9; then
+  # the replay's texts are a CPU's greedy outputs, and the H100's parted from them at near-ties into texts that draft
+  # much further (k=7: 4.00 tokens a pass lived, 2.96 replayed): the table's fit cannot tell its costs from the
+  # texts. Saved here, REPLAY_OUTPUTS=$OUT/replay-outputs-gpu.json prices this GPU's own texts on any machine.
+  step "this GPU's greedy texts, and the shipped table's check over them"
+  rm -f bench-out/replay-outputs.json  # a cache of another machine's texts would be taken for this one's
+  suites=(); [[ -n "${HELDOUT:-}" ]] && suites=(--suite localspec/bench_suites/default.jsonl --suite "$HELDOUT")
+  # the check over the built-in suite alone: the live figures it compares with are that suite's
+  REPLAY_OUTPUTS=here timeout 400 $py scripts/gpu_replay.py --check > "$OUT/check-own-texts.txt" 2>&1
+  echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/check-own-texts.txt"
+  cp bench-out/replay-outputs.json "$OUT/replay-outputs-gpu.json" 2>/dev/null
+  REPLAY_OUTPUTS=here timeout 200 $py scripts/replay_tables.py --summed --tables h100 "${suites[@]}" \
+    > "$OUT/summed-own-texts.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/summed-own-texts.txt"
 fi

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import sys
 import time
@@ -110,7 +111,9 @@ def check(table: CostTable, outs: dict, ids: list[str]) -> None:
     for name, got in adaptive_figures(table, outs, ids).items():
         lo, hi = LIVE_ADAPTIVE[name]
         print(f"| {name} | {got:.2f}x | {lo:.2f}–{hi:.2f}x | {got / hi - 1:+.1%} to {got / lo - 1:+.1%} |")
-    print("\nthe texts: median tokens a target pass, replayed over the shipped outputs against the H100's own\n")
+    texts = {"": "the shipped outputs", "here": "this machine's outputs"}.get(os.environ.get("REPLAY_OUTPUTS", ""))
+    print(f"\nthe texts: median tokens a target pass, replayed over {texts or os.environ['REPLAY_OUTPUTS']} against "
+          "the H100's own\n")
     print("| drafts | replayed | live |")
     print("|---|---|---|")
     for name, live in LIVE_TOKENS_A_PASS.items():

@@ -2,7 +2,8 @@
 """Judge the draft-length policy on every shipped cost table, without the hardware (docs/performance.md).
 
 Prices the shipped greedy target-only outputs of each suite prompt (scripts/replay-outputs.json; a prompt it lacks,
-or every prompt with REPLAY_OUTPUTS=here, is generated once on this machine and cached in bench-out/), then replays
+or every prompt with REPLAY_OUTPUTS=here, is generated once on this machine and cached in bench-out/;
+REPLAY_OUTPUTS=FILE prices another machine's, such as a GPU's saved by scripts/gpu_live.sh 9), then replays
 n-gram drafting with fixed k = 1..15, the adaptive policy and the oracle on each table (localspec/bench/replay.py),
 and prints per table: the grounded medians, the best fixed k, adaptive ÷ best fixed k, and the lowest adaptive
 speedup on an open-ended prompt.
@@ -45,7 +46,8 @@ def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tupl
     machine: greedy texts differ between CPUs at near-ties, and the same code replayed the 16-lane batch at 3.95x
     over one machine's texts and 4.11x over another's. Other prompts (and all, with REPLAY_OUTPUTS=here) are
     generated once on this machine and cached (bench-out/replay-outputs.json, keyed by each prompt's text and
-    budget, so suites share it). ``here``: this machine's only, as REPLAY_OUTPUTS=here. (No suite here has stop
+    budget, so suites share it). ``here``: this machine's only, as REPLAY_OUTPUTS=here; REPLAY_OUTPUTS=FILE: that
+    file's (another machine's, in the cache's form) instead of the shipped ones. (No suite here has stop
     strings: an output shorter than its budget ended on end-of-generation.)"""
     cache = ROOT / "bench-out" / "replay-outputs.json"
     key = _key
@@ -57,7 +59,8 @@ def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tupl
             return {}
 
     known = read(cache)
-    shipped = {} if here or os.environ.get("REPLAY_OUTPUTS") == "here" else read(SHIPPED_OUTPUTS)
+    chosen = os.environ.get("REPLAY_OUTPUTS", "")
+    shipped = {} if here or chosen == "here" else read(other_texts(chosen) if chosen else SHIPPED_OUTPUTS)
     missing = [p for p in prompts if key(p) not in known and key(p) not in shipped]
     if missing:
         from localspec.events import Step
@@ -74,6 +77,15 @@ def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tupl
         cache.write_text(json.dumps({"by_prompt": known}))
     known = {**known, **shipped}
     return {p.id: (known[key(p)][0], known[key(p)][1], len(known[key(p)][1]) < p.max_tokens) for p in prompts}
+
+
+def other_texts(path: str) -> Path:
+    """REPLAY_OUTPUTS=FILE: another machine's outputs in the shipped file's form (a GPU lease's, saved by
+    scripts/gpu_live.sh 9), priced instead of the shipped ones; its missing prompts are generated here."""
+    found = Path(path)
+    if not found.is_file():
+        raise SystemExit(f"REPLAY_OUTPUTS={path}: no such file (give 'here', or a replay-outputs JSON file)")
+    return found
 
 
 def ship_outputs(prompts: list[BenchPrompt]) -> None:

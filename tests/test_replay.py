@@ -233,6 +233,26 @@ def test_the_replay_scripts_price_shipped_outputs_of_every_suite_prompt() -> Non
     assert {p.id for p in prompts} == set(outs)
 
 
+def test_the_replay_scripts_price_another_machine_s_texts_where_told(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # a GPU's greedy texts drafted a third further than the shipped CPU ones (gpu_replay.py --check): saved by
+    # gpu_live.sh 9, REPLAY_OUTPUTS=FILE prices them in every replay script
+    from tests.script_modules import load_script
+
+    replay_tables = load_script("replay_tables")
+    shipped = json.loads(replay_tables.SHIPPED_OUTPUTS.read_text())["by_prompt"]
+    prompts = list(load_suite(None).prompts)
+    first = replay_tables._key(prompts[0])
+    theirs = {**shipped, first: [shipped[first][0], [7, 7, 7]]}
+    (tmp_path / "gpu.json").write_text(json.dumps({"by_prompt": theirs}))
+    monkeypatch.setenv("REPLAY_OUTPUTS", str(tmp_path / "gpu.json"))
+    outs = replay_tables.outputs(prompts)
+    assert outs[prompts[0].id][1] == [7, 7, 7] and outs[prompts[1].id][1] == shipped[replay_tables._key(prompts[1])][1]
+    monkeypatch.setenv("REPLAY_OUTPUTS", str(tmp_path / "none.json"))
+    with pytest.raises(SystemExit, match="REPLAY_OUTPUTS=.*no such file"):
+        replay_tables.outputs(prompts)
+
+
 def test_a_run_that_parted_at_a_near_tie_is_priced_over_target_only_s_text() -> None:
     from localspec.bench.compare import Divergence
     from localspec.bench.records import RunRecord
