@@ -16,6 +16,7 @@ pass its own size, as at be0108d), "now" with the sizes the table's device keeps
     .venv/bin/python scripts/gpu_replay.py --ceiling          # each goal against what the passes allow
     .venv/bin/python scripts/gpu_replay.py --host             # the Python work per pass, timed on this machine
     .venv/bin/python scripts/gpu_replay.py --host --code bench-out/at/d5deebfcce1a   # ... as at another commit
+    .venv/bin/python scripts/gpu_replay.py --host --k 3                              # ... drafts pinned at k = 3
 """
 
 from __future__ import annotations
@@ -209,9 +210,9 @@ def ceiling(table: CostTable, outs: dict, prompts: list) -> None:
         print(f"| {lanes} | " + " | ".join(f"{c / single:.2f}x" for c in cells) + " |")
 
 
-def host(table: CostTable, outs: dict, prompts: list) -> None:
+def host(table: CostTable, outs: dict, prompts: list, k: int | None = None) -> None:
     """The Python work of a pass, timed here: a replay runs the scheduler, the policies, the drafters and the
-    verification as a live run does, only the decode is priced instead of run; fastest of 7."""
+    verification as a live run does, only the decode is priced instead of run; fastest of 7. ``k``: pinned."""
     import localspec
 
     print(f"localspec from {Path(localspec.__file__).parent}")
@@ -220,10 +221,12 @@ def host(table: CostTable, outs: dict, prompts: list) -> None:
         best, got = float("inf"), None
         for _ in range(7):
             t0 = time.perf_counter()
-            got = replay_batch("ngram", known, table, lanes)
+            got = replay_batch("ngram", known, table, lanes, k=k)
             best = min(best, time.perf_counter() - t0)
         assert got is not None
-        print(f"n-gram, {lanes} lane(s): {got.passes} passes, {1e3 * best / got.passes:.3f} ms of Python a pass, "
+        drafts = "" if k is None else f" k={k}"
+        print(f"n-gram{drafts}, {lanes} lane(s): {got.passes} passes, {got.rows / got.passes:.1f} rows a pass, "
+              f"{1e3 * best / got.passes:.3f} ms of Python a pass, "
               f"{1e6 * best / got.generated_tokens:.1f} µs a token")
 
 
@@ -267,6 +270,7 @@ def main() -> None:
                          "fixed k should be within 7%%, plain batching within 10%%")
     ap.add_argument("--ceiling", action="store_true", help="grounded prompts and batches: what the passes allow")
     ap.add_argument("--host", action="store_true", help="time the Python work per pass (this machine, no decode)")
+    ap.add_argument("--k", type=int, help="with --host: drafts pinned at this length (default: adaptive)")
     ap.add_argument("--code", type=Path, help="import localspec from this tree instead (a worktree of another "
                     "commit, as scripts/at_commit makes: bench-out/at/COMMIT), for before/after --host timings")
     args = ap.parse_args()
@@ -288,7 +292,7 @@ def main() -> None:
         ceiling(table, outs, prompts)
         return
     if args.host:
-        host(table, outs, prompts)
+        host(table, outs, prompts, args.k)
         return
     compare(table, outs, prompts)
 
