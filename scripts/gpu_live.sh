@@ -151,7 +151,9 @@ if has 9; then
   # the check over the built-in suite alone: the live figures it compares with are that suite's
   REPLAY_OUTPUTS=here timeout 400 $py scripts/gpu_replay.py --check > "$OUT/check-own-texts.txt" 2>&1
   echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/check-own-texts.txt"
-  cp bench-out/replay-outputs.json "$OUT/replay-outputs-gpu.json" 2>/dev/null
-  REPLAY_OUTPUTS=here timeout 200 $py scripts/replay_tables.py --summed --tables h100 "${suites[@]}" \
+  # (the held-out suite's texts are generated here, so the file is saved after it)
+  REPLAY_OUTPUTS=here timeout 200 $py scripts/replay_tables.py --summed --tables h100 ${suites[@]+"${suites[@]}"} \
     > "$OUT/summed-own-texts.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/summed-own-texts.txt"
+  cp bench-out/replay-outputs.json "$OUT/replay-outputs-gpu.json" && echo "saved $OUT/replay-outputs-gpu.json" \
+    | tee -a "$OUT/log.txt"
 fi

@@ -4,7 +4,8 @@ what the H100 lived (../shared/gpu/h100-2026-11-25/); and the fit of the table's
 those live runs (docs/performance.md, "Pass shapes on a GPU").
 
 Takes each suite prompt's greedy target-only output from scripts/replay-outputs.json (the same texts on any machine;
-replay_tables.outputs: REPLAY_OUTPUTS=here generates this machine's own, cached in bench-out/), then prices n-gram
+replay_tables.outputs: REPLAY_OUTPUTS=here generates this machine's own, cached in bench-out/; REPLAY_OUTPUTS=FILE
+prices another machine's, such as a GPU's saved by scripts/gpu_live.sh 9), then prices n-gram
 drafting on the table: one at a time with fixed k = 3, 7, 15 and the adaptive policy, and as one batch of 8 and 16
 lanes; "before" replays the policy without pass shapes (every
 pass its own size, as at be0108d), "now" with the sizes the table's device keeps.
@@ -14,6 +15,7 @@ pass its own size, as at be0108d), "now" with the sizes the table's device keeps
     .venv/bin/python scripts/gpu_replay.py --check            # the shipped table against the live figures
     .venv/bin/python scripts/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
     .venv/bin/python scripts/gpu_replay.py --ceiling          # each goal against what the passes allow
+    .venv/bin/python scripts/gpu_replay.py --ceiling --prompt-share 0.4   # ... a batch's prompts priced
     .venv/bin/python scripts/gpu_replay.py --host             # the Python work per pass, timed on this machine
     .venv/bin/python scripts/gpu_replay.py --host --code bench-out/at/d5deebfcce1a   # ... as at another commit
     .venv/bin/python scripts/gpu_replay.py --host --k 3                              # ... drafts pinned at k = 3
@@ -194,19 +196,27 @@ def ceiling(table: CostTable, outs: dict, prompts: list) -> None:
     print(f"grounded, {len(ids)} prompts, one at a time, medians over target-only on {table.source}:\n")
     for label, by in rows.items():
         print(f"| {label} | {statistics.median(by.values()):.2f}x |")
+    print("\neach grounded prompt: adaptive against the n-gram's proposals, each verified as far as it runs right\n")
+    print("| prompt | adaptive | that ceiling | share |")
+    print("|---|---|---|---|")
+    for i in ids:
+        got, best = rows["adaptive n-gram"][i], knew[i]
+        print(f"| {i} | {got:.2f}x | {best:.2f}x | {got / best:.2f} |")
     known = [Known(*outs[p.id]) for p in prompts]
     single = batch_rate(table, known, "none", 1, None, shapes=False)
-    print("\nthe suite as one batch, tok/s ÷ one at a time target-only:\n")
-    print("| lanes | plain | n-gram | the n-gram's proposals as far as each runs right, adaptive | ..., k = 15 "
-          "| always-right drafts, adaptive | always-right drafts, k = 15 |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\nthe suite as one batch, tok/s ÷ one at a time target-only (prompt tokens priced at "
+          f"{table.prompt_share:g} of a row):\n")
+    print("| lanes | plain | n-gram | n-gram, k = 3 | the n-gram's proposals as far as each runs right, adaptive "
+          "| ..., k = 15 | always-right drafts, adaptive | always-right drafts, k = 15 |")
+    print("|---|---|---|---|---|---|---|---|")
     def own_runs(g: Known) -> list[int]:
         return ngram_runs(g.prompt, g.output)
 
     for lanes in (8, 16):
         cells = [batch_rate(table, known, d, lanes, k, shapes=True, runs=r)
-                 for d, k, r in [("none", None, None), ("ngram", None, None), ("oracle", None, own_runs),
-                                 ("oracle", 15, own_runs), ("oracle", None, None), ("oracle", 15, None)]]
+                 for d, k, r in [("none", None, None), ("ngram", None, None), ("ngram", 3, None),
+                                 ("oracle", None, own_runs), ("oracle", 15, own_runs), ("oracle", None, None),
+                                 ("oracle", 15, None)]]
         print(f"| {lanes} | " + " | ".join(f"{c / single:.2f}x" for c in cells) + " |")
 
 
@@ -269,6 +279,8 @@ def main() -> None:
                     help="the table as shipped against the live H100 figures (the loop as it ran there, be0108d): "
                          "fixed k should be within 7%%, plain batching within 10%%")
     ap.add_argument("--ceiling", action="store_true", help="grounded prompts and batches: what the passes allow")
+    ap.add_argument("--prompt-share", type=float, help="price a batch's prompt tokens at this share of a row (the "
+                    "H100's pp32: 0.4; the shipped tables: 0, unpriced)")
     ap.add_argument("--host", action="store_true", help="time the Python work per pass (this machine, no decode)")
     ap.add_argument("--k", type=int, help="with --host: drafts pinned at this length (default: adaptive)")
     ap.add_argument("--code", type=Path, help="import localspec from this tree instead (a worktree of another "
@@ -277,6 +289,8 @@ def main() -> None:
     prompts = [p for s in (args.suite or [None]) for p in load_suite(s).prompts]
     outs = outputs(prompts)
     table = load_cost_table(args.table)
+    if args.prompt_share is not None:
+        table = replace(table, prompt_share=args.prompt_share)
     if args.fit:
         table = fit(table, outs, [p.id for p in prompts])
         print(f"\nfitted: base {table.overhead_base:.6f} s, draft_step {table.overhead_draft:.6f} s, per_token "

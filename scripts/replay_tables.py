@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +62,11 @@ def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tupl
     known = read(cache)
     chosen = os.environ.get("REPLAY_OUTPUTS", "")
     shipped = {} if here or chosen == "here" else read(other_texts(chosen) if chosen else SHIPPED_OUTPUTS)
+    if chosen not in ("", "here"):
+        mine = [p.id for p in prompts if key(p) not in shipped]
+        if mine:
+            print(f"REPLAY_OUTPUTS={chosen} has no output for {len(mine)} prompt(s) ({', '.join(mine[:4])}"
+                  f"{', ...' if len(mine) > 4 else ''}): this machine's are priced for them", file=sys.stderr)
     missing = [p for p in prompts if key(p) not in known and key(p) not in shipped]
     if missing:
         from localspec.events import Step
@@ -81,10 +87,15 @@ def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tupl
 
 def other_texts(path: str) -> Path:
     """REPLAY_OUTPUTS=FILE: another machine's outputs in the shipped file's form (a GPU lease's, saved by
-    scripts/gpu_live.sh 9), priced instead of the shipped ones; its missing prompts are generated here."""
+    scripts/gpu_live.sh 9), priced instead of the shipped ones; its missing prompts are generated here (said)."""
     found = Path(path)
-    if not found.is_file():
-        raise SystemExit(f"REPLAY_OUTPUTS={path}: no such file (give 'here', or a replay-outputs JSON file)")
+    try:
+        by_prompt = json.loads(found.read_text()).get("by_prompt")
+    except (OSError, ValueError, AttributeError):
+        by_prompt = None
+    if not by_prompt or not isinstance(by_prompt, dict):
+        raise SystemExit(f"REPLAY_OUTPUTS={path}: no such file, or no replay outputs in it (give 'here', or a file "
+                         "that scripts/replay_tables.py or gpu_live.sh 9 wrote)")
     return found
 
 

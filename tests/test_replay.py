@@ -213,6 +213,10 @@ def test_the_loop_before_pass_shapes_decides_by_what_its_calibration_measured_th
     known = [Known([7, 8, 9] * 20, OUTPUT, eog=False)]
     assert replay_batch("ngram", known, table, 1, shapes=False).seconds != \
         replay_batch("ngram", known, without, 1, shapes=False).seconds
+    one = known[0]
+    assert replay("ngram", one.prompt, one.output, table, shapes=False).decode_seconds != \
+        replay("ngram", one.prompt, one.output, without, shapes=False).decode_seconds
+    assert table.calibration(20, steady=False)[20] == believed[17]  # past what it measured: flat, not its cliff
 
 
 def test_the_replay_scripts_price_shipped_outputs_of_every_suite_prompt() -> None:

@@ -95,8 +95,8 @@ class CostTable:
         """What localspec's calibration would measure on that device, 1..n_max: bare steady passes, or (``steady``
         False) as its calibration measured them before pass shapes, sizes interleaved: what the table says it
         measured there, else passes right after a change of size (on a GPU, every pass without a graph)."""
-        if not steady and self.interleaved:
-            return {n: _interpolate(self.interleaved, n) for n in range(1, n_max + 1)}
+        if not steady and self.interleaved:  # past its largest size, flat: its last step (16 → 17 rows) is a cliff
+            return {n: _interpolate(self.interleaved, n, extend=False) for n in range(1, n_max + 1)}
         return {n: self.bare(n) if steady else self.unsteady(n) for n in range(1, n_max + 1)}
 
     def shapes(self, n_max: int) -> Shapes:
