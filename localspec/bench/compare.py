@@ -11,43 +11,13 @@ outside that margin is what a real bug in the speculation loop would look like, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
 
 import numpy as np
 
-from localspec.bench.records import RunRecord
-
-# Largest batch-vs-one-at-a-time difference of a top-5 logit measured on Gemma 3 270M Q4_K_M, 2 threads (NOTES.md,
-# "Numerics": median ~0.15, up to ~1.1). Two candidates closer than this can swap places between the two paths.
-NEAR_TIE_MARGIN = 1.1
+from localspec.bench.records import NEAR_TIE_MARGIN, Divergence, RunRecord
 
 BASELINE = "none"  # target-only decoding: the reference every other drafter must reproduce
-
-
-@dataclass(frozen=True, slots=True)
-class Divergence:
-    """Where a run first differs from the baseline run of the same prompt.
-
-    ``unit`` is "token" (``position`` indexes generated tokens) or "char" (anchors, compared by text, since the
-    high-level API streams text, not token ids). A token of None means that side ended there. ``gap`` is
-    |logit(baseline token) − logit(run's token)| at that position, None where it was not measured; ``near_tie``
-    is gap ≤ NEAR_TIE_MARGIN, None where unknown.
-    """
-
-    position: int
-    baseline_token: int | None = None
-    token: int | None = None
-    unit: Literal["token", "char"] = "token"
-    gap: float | None = None
-    near_tie: bool | None = None
-
-    def describe(self) -> str:
-        where = f"{self.unit} {self.position}"
-        if self.near_tie is None:
-            return f"differs at {where} (unclassified)"
-        kind = "near-tie" if self.near_tie else "NOT a near-tie"
-        return f"differs at {where}: {kind} (logit gap {self.gap:.2f}, margin {NEAR_TIE_MARGIN})"
 
 
 def first_divergence(baseline: Sequence[int], tokens: Sequence[int]) -> Divergence | None:

@@ -1,12 +1,39 @@
-"""One finished benchmark run: plain data shared by the runner, the lossless check and the report."""
+"""One finished benchmark run, and where it first differs from target-only: plain data shared by the runner, the
+lossless check (compare.py) and the report."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Literal
 
-if TYPE_CHECKING:
-    from localspec.bench.compare import Divergence
+# Largest batch-vs-one-at-a-time difference of a top-5 logit measured on Gemma 3 270M Q4_K_M, 2 threads (NOTES.md,
+# "Numerics": median ~0.15, up to ~1.1). Two candidates closer than this can swap places between the two paths.
+NEAR_TIE_MARGIN = 1.1
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a run first differs from the baseline run of the same prompt.
+
+    ``unit`` is "token" (``position`` indexes generated tokens) or "char" (anchors, compared by text, since the
+    high-level API streams text, not token ids). A token of None means that side ended there. ``gap`` is
+    |logit(baseline token) − logit(run's token)| at that position, None where it was not measured; ``near_tie``
+    is gap ≤ NEAR_TIE_MARGIN, None where unknown.
+    """
+
+    position: int
+    baseline_token: int | None = None
+    token: int | None = None
+    unit: Literal["token", "char"] = "token"
+    gap: float | None = None
+    near_tie: bool | None = None
+
+    def describe(self) -> str:
+        where = f"{self.unit} {self.position}"
+        if self.near_tie is None:
+            return f"differs at {where} (unclassified)"
+        kind = "near-tie" if self.near_tie else "NOT a near-tie"
+        return f"differs at {where}: {kind} (logit gap {self.gap:.2f}, margin {NEAR_TIE_MARGIN})"
 
 
 @dataclass(slots=True)

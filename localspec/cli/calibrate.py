@@ -81,10 +81,9 @@ def calibrate(
 def _print_shapes(rt: Runtime, model_hash: str, threads: int, n_max: int,
                   cancelled: Callable[[], bool]) -> None:
     """Steady passes against passes after a change of size, and the sizes localspec keeps on this device."""
-    from localspec.engine.backend import graphs_in_use
     from localspec.speculative.shape_timing import load_or_measure_timing, measure_shapes
 
-    graphs = graphs_in_use(rt.model)
+    graphs = rt.model.graphs
     # where graphs run, timed again and cached (what the runs use); elsewhere the figures only show that a change
     # costs nothing: a few sizes, one round, are enough
     timing = load_or_measure_timing(rt.context, model_hash, threads, again=True, cancelled=cancelled)

@@ -8,12 +8,8 @@ import os
 import threading
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import llama_cpp
-
-if TYPE_CHECKING:
-    from localspec.engine.model import Model
 
 _lock = threading.Lock()
 _initialised = False
@@ -102,10 +98,11 @@ def gpu_backend_name() -> str:
     return "GPU"
 
 
-def graphs_in_use(model: Model) -> bool:
-    """Whether ``model``'s passes run as CUDA graphs (whose replay wants a steady pass shape): layers offloaded to a
-    CUDA GPU of this machine, graphs not disabled (``GGML_CUDA_DISABLE_GRAPHS``)."""
-    if model.remote or model.gpu_layers <= 0 or os.environ.get("GGML_CUDA_DISABLE_GRAPHS"):
+def graphs_in_use(remote: bool, gpu_layers: int) -> bool:
+    """Whether a model's passes run as CUDA graphs (whose replay wants a steady pass shape): ``gpu_layers``
+    offloaded to a CUDA GPU of this machine (not ``remote``: on RPC servers), graphs not disabled
+    (``GGML_CUDA_DISABLE_GRAPHS``)."""
+    if remote or gpu_layers <= 0 or os.environ.get("GGML_CUDA_DISABLE_GRAPHS"):
         return False
     return gpu_backend_name() == "CUDA"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from localspec.engine.backend import init_backend, offloaded_layers, recent_log
+from localspec.engine.backend import graphs_in_use, init_backend, offloaded_layers, recent_log
 from localspec.engine.rpc import no_room
 from localspec.engine.vocab import Vocab
 from localspec.errors import ModelLoadError
@@ -102,6 +102,11 @@ class Model:
         self.can_rollback: bool = not (
             llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle)
         )
+
+    @property
+    def graphs(self) -> bool:
+        """Whether this model's passes run as CUDA graphs (a steady pass shape replays them: speculative/shapes.py)."""
+        return graphs_in_use(bool(self.remote), self.gpu_layers)
 
     @property
     def handle(self) -> llama_cpp.llama_model_p:

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from localspec.engine import Context, library_version
-from localspec.engine.backend import gpu_backend_name, graphs_in_use, offloaded_layers
+from localspec.engine.backend import gpu_backend_name, offloaded_layers
 from localspec.machine import processor_name
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
@@ -159,7 +159,7 @@ def choose_reads(
         (say or to_stderr)("timing how this device reads a pass back (token ids or logits), once")
         ctx.use_backend_sampler(True)
         load = _OtherLoad()
-        steady = graphs_in_use(ctx.model)
+        steady = ctx.model.graphs
         reads = _time_reads(ctx, n_max, rounds, cancelled, steady=steady)
         others = load.cores()
         # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
@@ -214,7 +214,7 @@ def load_or_measure(
     layers = offloaded_layers(gpu_layers, ctx.model.n_layer, remote=bool(remote))
     device = device_name(layers, remote)
     # where CUDA graphs run, each size is timed steady (on its third pass in a row), as the loop keeps it there
-    steady = graphs_in_use(ctx.model)
+    steady = ctx.model.graphs
     how = ("argmax" if ctx.backend_sampling else "logits") + ("-steady" if steady else "")
     path = cache_path(model_hash, device, threads, layers, n_max, what=how)
     cached = None if again else Calibration.read(path)

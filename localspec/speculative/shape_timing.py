@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from localspec.engine import Context
-from localspec.engine.backend import graphs_in_use
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
 from localspec.speculative.calibrate import cache_path, device_name, timed_pass, timing_history
@@ -78,7 +77,7 @@ def load_or_measure_timing(
 ) -> ShapeTiming | None:
     """``load_or_measure_shapes``'s timing: None where no CUDA graphs run (nothing is timed there)."""
     model = ctx.model
-    if not graphs_in_use(model) or not model.can_rollback:
+    if not model.graphs or not model.can_rollback:
         return None
     layers = model.gpu_layers
     path = cache_path(model_hash, device_name(layers), threads, layers, len(SIZES), what="shapes")
