@@ -31,20 +31,6 @@ def test_no_match_is_an_empty_draft_not_an_error() -> None:
     assert draft.tokens == [] and len(draft) == 0
 
 
-def test_a_new_item_in_a_list_gets_the_list_s_shape_proposed() -> None:
-    # "100 g of sugar, 100 g of salt, 100 g of lime": " lime" was never seen, "100 g of" was, twice
-    d = NgramDrafter()
-    history = [1, 2, 3, 10, 5, 1, 2, 3, 11, 5, 1, 2, 3, 12]
-    d.begin(history)
-    draft = d.propose(history, 4)
-    assert draft.tokens == [5, 1, 2, 3] and draft.kind == "ngram/slot"
-    history += [5, 1, 2, 3, 13]  # the shape held, the next item is new again: so is the proposal
-    d.accept(history, 4)
-    assert d.propose(history, 2).tokens == [5, 1]
-    d.accept([*history, 9], 0)  # an item whose tokens before it were never seen either: nothing to propose
-    assert d.propose([*history, 9, 14], 2).tokens == []
-
-
 def test_a_fully_matching_source_is_followed() -> None:
     d = NgramDrafter(max_n=2)
     passage = list(range(100, 130))

@@ -11,8 +11,6 @@ occurrences (a few); it grows by max_n dictionary writes per accepted token, so 
   separately how far each kind of match deserves to be trusted.
 - **candidates**: asked for a width above 1, it adds other continuations (earlier occurrences of the longest
   match, most recent first, then of shorter ones), which the loop can verify together as a token tree.
-- **slot**: where the last token was never seen, the tokens before it may have been: what followed their last
-  occurrence after one token (the item that differed) is proposed, kind "ngram/slot" (lists, tables, records).
 """
 
 from __future__ import annotations
@@ -107,26 +105,8 @@ class NgramDrafter:
             if len(candidates) == width:
                 break
         if not candidates:
-            start = self._slot()
-            if start is None:
-                return Draft(drafter=self.name)
-            self._sources = [start]
-            return Draft(tokens[start : start + cap], None, self.name, f"{self.name}/slot")
+            return Draft(drafter=self.name)
         return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]))
-
-    def _slot(self) -> int | None:
-        """Where the text went on after the token that followed the tokens before the last one (at least two): a list
-        or a table goes on in its own shape after a new item ("100 g of sugar, 100 g of salt, ..."), where no
-        suffix has been seen before. None: those tokens were not seen before either."""
-        tokens = self._tokens
-        last = len(tokens) - 1
-        for n in range(min(self.max_n, last), 1, -1):
-            starts = self._index[n].get(tuple(tokens[last - n : last]))
-            # the most recent earlier occurrence: its next token is the item in the slot, the rest is the shape
-            slot = next((j for j in reversed(starts or []) if j < last), None)
-            if slot is not None:
-                return slot + 1
-        return None
 
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         self._extend(history)
