@@ -84,55 +84,54 @@ def batch_rate(table: CostTable, known: list[Known], drafter: str, lanes: int, k
     return replay_batch(drafter, known, table, lanes, k=k, shapes=shapes, runs=runs).tokens_per_second
 
 
-def figures(table: CostTable, outs: dict, ids: list[str]) -> dict[str, float]:
-    """The live figures' counterparts in the replay, before pass shapes."""
-    got = {f"k={k}": statistics.median(per_prompt(table, outs, ids, k, shapes=False).values()) for k in (3, 7, 15)}
+def figures(table: CostTable, outs: dict, ids: list[str], *, adaptive: bool = False,
+            ) -> tuple[dict[str, float], dict[str, float]]:
+    """The live figures' counterparts in the replay, before pass shapes (``adaptive``: LIVE_ADAPTIVE's too), and
+    the median tokens a target pass of each one-at-a-time figure (LIVE_TOKENS_A_PASS's): each replayed once."""
+    got, tokens = {}, {}
+    for k in (3, 7, 15, *([None] if adaptive else [])):
+        name = "adaptive" if k is None else f"k={k}"
+        stats = per_prompt_stats(table, outs, ids, k, shapes=False).values()
+        got[name] = statistics.median(speedup for speedup, _ in stats)
+        tokens[name] = statistics.median(a_pass for _, a_pass in stats)
     known = [Known(*outs[i]) for i in ids]
     single = batch_rate(table, known, "none", 1, None, shapes=False)
     for lanes in (8, 16):
         got[f"plain batch, {lanes} lanes"] = batch_rate(table, known, "none", lanes, None, shapes=False) / single
         got[f"k=3 batch, {lanes} lanes"] = batch_rate(table, known, "ngram", lanes, 3, shapes=False) / single
-    return got
+        if adaptive:
+            got[f"adaptive batch, {lanes} lanes"] = batch_rate(table, known, "ngram", lanes, None,
+                                                               shapes=False) / single
+    return got, tokens
 
 
 def check(table: CostTable, outs: dict, ids: list[str]) -> None:
     """Each live figure beside its replay on ``table`` and the gap, against the tolerance the table is held to; then
     what the fit never saw (the adaptive policy as it lived), and tokens a pass, which say how far the texts differ."""
+    got, tokens = figures(table, outs, ids, adaptive=True)
     print(f"{table.source}, the loop as the H100 ran it (be0108d, no pass shapes; the policy believing the costs its "
           f"calibration measured there{'' if table.interleaved else ': not in this table'}), against what it "
           f"lived:\n")
     print("| figure | replayed | live | gap | within |")
     print("|---|---|---|---|---|")
-    for name, got in figures(table, outs, ids).items():
-        live, tolerance = LIVE[name], 0.10 if name.startswith("plain") else 0.07
-        gap = got / live - 1
-        print(f"| {name} | {got:.2f}x | {live:.2f}x | {gap:+.1%} | {'yes' if abs(gap) <= tolerance else 'NO'} "
+    for name, live in LIVE.items():
+        tolerance = 0.10 if name.startswith("plain") else 0.07
+        gap = got[name] / live - 1
+        print(f"| {name} | {got[name]:.2f}x | {live:.2f}x | {gap:+.1%} | {'yes' if abs(gap) <= tolerance else 'NO'} "
               f"({tolerance:.0%}) |")
     print("\nnot fitted: the adaptive policy, one at a time and as one batch\n")
     print("| figure | replayed | live (two runs) | gap |")
     print("|---|---|---|---|")
-    for name, got in adaptive_figures(table, outs, ids).items():
-        lo, hi = LIVE_ADAPTIVE[name]
-        print(f"| {name} | {got:.2f}x | {lo:.2f}–{hi:.2f}x | {got / hi - 1:+.1%} to {got / lo - 1:+.1%} |")
+    for name, (lo, hi) in LIVE_ADAPTIVE.items():
+        print(f"| {name} | {got[name]:.2f}x | {lo:.2f}–{hi:.2f}x | {got[name] / hi - 1:+.1%} to "
+              f"{got[name] / lo - 1:+.1%} |")
     texts = {"": "the shipped outputs", "here": "this machine's outputs"}.get(os.environ.get("REPLAY_OUTPUTS", ""))
     print(f"\nthe texts: median tokens a target pass, replayed over {texts or os.environ['REPLAY_OUTPUTS']} against "
           "the H100's own\n")
     print("| drafts | replayed | live |")
     print("|---|---|---|")
     for name, live in LIVE_TOKENS_A_PASS.items():
-        k = None if name == "adaptive" else int(name.removeprefix("k="))
-        got = statistics.median(t for _, t in per_prompt_stats(table, outs, ids, k, shapes=False).values())
-        print(f"| {name} | {got:.2f} | {live:.2f} |")
-
-
-def adaptive_figures(table: CostTable, outs: dict, ids: list[str]) -> dict[str, float]:
-    """LIVE_ADAPTIVE's counterparts in the replay, before pass shapes."""
-    got = {"adaptive": statistics.median(per_prompt(table, outs, ids, None, shapes=False).values())}
-    known = [Known(*outs[i]) for i in ids]
-    single = batch_rate(table, known, "none", 1, None, shapes=False)
-    for lanes in (8, 16):
-        got[f"adaptive batch, {lanes} lanes"] = batch_rate(table, known, "ngram", lanes, None, shapes=False) / single
-    return got
+        print(f"| {name} | {tokens[name]:.2f} | {live:.2f} |")
 
 
 def fit(table: CostTable, outs: dict, ids: list[str]) -> CostTable:
@@ -147,7 +146,7 @@ def fit(table: CostTable, outs: dict, ids: list[str]) -> CostTable:
         base = LIVE_TARGET_ONLY_MS * ms - single - per_token - per_sequence
         t = replace(table, overhead_base=base, overhead_draft=draft, overhead_per_token=per_token,
                     overhead_per_sequence=per_sequence, capture=capture)
-        got = figures(t, outs, ids)
+        got = figures(t, outs, ids)[0]
         worst = max(abs(got[name] / want - 1) for name, want in LIVE.items())
         print(f"draft {draft / ms:.2f} ms, per token {per_token / ms:.2f} ms, per sequence {per_sequence / ms:.2f} "
               f"ms, capture {capture / ms:.2f} ms: worst {100 * worst:.1f}%  "
@@ -297,7 +296,7 @@ def main() -> None:
               f"{table.overhead_per_token:.6f} s, per_sequence {table.overhead_per_sequence:.6f} s, "
               f"graph_capture_seconds {table.capture:.6f}\n")
         print("  ".join(f"{n} {v:.2f} (live {LIVE[n]:.2f})"
-                        for n, v in figures(table, outs, [p.id for p in prompts]).items()))
+                        for n, v in figures(table, outs, [p.id for p in prompts])[0].items()))
         return
     if args.check:
         check(table, outs, [p.id for p in prompts])

@@ -51,23 +51,19 @@ def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tupl
     file's (another machine's, in the cache's form) instead of the shipped ones. (No suite here has stop
     strings: an output shorter than its budget ended on end-of-generation.)"""
     cache = ROOT / "bench-out" / "replay-outputs.json"
-    key = _key
-
-    def read(path: Path) -> dict:
-        try:
-            return json.loads(path.read_text()).get("by_prompt", {})
-        except (OSError, ValueError, AttributeError):
-            return {}
-
-    known = read(cache)
+    known = _read_outputs(cache)
     chosen = os.environ.get("REPLAY_OUTPUTS", "")
-    shipped = {} if here or chosen == "here" else read(other_texts(chosen) if chosen else SHIPPED_OUTPUTS)
-    if chosen not in ("", "here"):
-        mine = [p.id for p in prompts if key(p) not in shipped]
+    if here or chosen == "here":
+        shipped = {}
+    elif chosen:
+        shipped = other_texts(chosen)
+        mine = [p.id for p in prompts if _key(p) not in shipped]
         if mine:
             print(f"REPLAY_OUTPUTS={chosen} has no output for {len(mine)} prompt(s) ({', '.join(mine[:4])}"
                   f"{', ...' if len(mine) > 4 else ''}): this machine's are priced for them", file=sys.stderr)
-    missing = [p for p in prompts if key(p) not in known and key(p) not in shipped]
+    else:
+        shipped = _read_outputs(SHIPPED_OUTPUTS)
+    missing = [p for p in prompts if _key(p) not in known and _key(p) not in shipped]
     if missing:
         from localspec.events import Step
         from localspec.runtime import Runtime
@@ -78,22 +74,27 @@ def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tupl
                 prompt = rt.prompt_tokens(p.prompt)
                 rt.fresh(clear_cache=True)
                 events = rt.generate(prompt, GenerationSettings(max_tokens=p.max_tokens))
-                known[key(p)] = (prompt, [t.id for e in events if isinstance(e, Step) for t in e.emitted])
+                known[_key(p)] = (prompt, [t.id for e in events if isinstance(e, Step) for t in e.emitted])
         cache.parent.mkdir(exist_ok=True)
         cache.write_text(json.dumps({"by_prompt": known}))
     known = {**known, **shipped}
-    return {p.id: (known[key(p)][0], known[key(p)][1], len(known[key(p)][1]) < p.max_tokens) for p in prompts}
+    return {p.id: (known[_key(p)][0], known[_key(p)][1], len(known[_key(p)][1]) < p.max_tokens) for p in prompts}
 
 
-def other_texts(path: str) -> Path:
+def _read_outputs(path: Path) -> dict:
+    """A replay-outputs file's outputs by prompt key ({} where there is none)."""
+    try:
+        found = json.loads(path.read_text()).get("by_prompt")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def other_texts(path: str) -> dict:
     """REPLAY_OUTPUTS=FILE: another machine's outputs in the shipped file's form (a GPU lease's, saved by
     scripts/gpu_live.sh 9), priced instead of the shipped ones; its missing prompts are generated here (said)."""
-    found = Path(path)
-    try:
-        by_prompt = json.loads(found.read_text()).get("by_prompt")
-    except (OSError, ValueError, AttributeError):
-        by_prompt = None
-    if not by_prompt or not isinstance(by_prompt, dict):
+    found = _read_outputs(Path(path))
+    if not found:
         raise SystemExit(f"REPLAY_OUTPUTS={path}: no such file, or no replay outputs in it (give 'here', or a file "
                          "that scripts/replay_tables.py or gpu_live.sh 9 wrote)")
     return found
@@ -104,11 +105,11 @@ def ship_outputs(prompts: list[BenchPrompt]) -> None:
     kept): a cached output may be of an older build or model."""
     cache = ROOT / "bench-out" / "replay-outputs.json"
     if cache.exists():
-        kept = json.loads(cache.read_text()).get("by_prompt", {})
-        cache.write_text(json.dumps({"by_prompt": {k: v for k, v in kept.items()
-                                                   if k not in {_key(p) for p in prompts}}}))
+        fresh_keys = {_key(p) for p in prompts}
+        kept = _read_outputs(cache)
+        cache.write_text(json.dumps({"by_prompt": {k: v for k, v in kept.items() if k not in fresh_keys}}))
     outputs(prompts, here=True)
-    generated = json.loads(cache.read_text())["by_prompt"]
+    generated = _read_outputs(cache)
     doc = json.loads(SHIPPED_OUTPUTS.read_text()) if SHIPPED_OUTPUTS.exists() else {}
     import llama_cpp
 
