@@ -253,8 +253,9 @@ def _stop(value: Any) -> tuple[str, ...] | None:
 
 def _drafter(value: Any) -> str | None:
     if value is not None and value not in MODEL_FREE_DRAFTERS:  # many sequences share one pass
-        raise BodyError("speculation.drafter", "speculation.drafter must be none, ngram or auto (n-gram lookup: a "
-                                               "draft model would need a context per sequence)")
+        raise BodyError("speculation.drafter", f"speculation.drafter must be {', '.join(MODEL_FREE_DRAFTERS[:-1])} "
+                                               f"or {MODEL_FREE_DRAFTERS[-1]} (n-gram lookup: a draft model would "
+                                               "need a context per sequence)")
     return value
 
 
