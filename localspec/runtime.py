@@ -43,6 +43,8 @@ from localspec.speculative.shapes import Shapes
 if TYPE_CHECKING:
     import numpy as np
 
+    from localspec.speculative.noise import Noise
+
 NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
 NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device or driver): running on the CPU"
 # --branches N on a device with CUDA graphs (speculative/policy.py, ``width``)
@@ -175,15 +177,28 @@ class Runtime(Prompts):
         """What one token costs without speculation here, as the policy measured it (0: not yet)."""
         return self.generator.policy.plain_seconds_per_token()
 
-    def score(self, tokens: Sequence[int]) -> np.ndarray:
+    def score(self, tokens: Sequence[int], *, one_by_one_from: int | None = None) -> np.ndarray:
         """The target's logits after ``tokens``, from an empty cache (left empty again): a probe, not a
-        generation."""
+        generation. ``one_by_one_from``: the tokens from there on decoded 1 row a pass, as target-only decoding
+        went (else all in one prefill)."""
         ctx = self.context
         ctx.clear()
         try:
-            return ctx.decode(list(tokens))[-1].copy()
+            split = len(tokens) if one_by_one_from is None else max(1, min(one_by_one_from, len(tokens)))
+            row = ctx.decode(list(tokens[:split]))[-1]
+            for t in tokens[split:]:
+                row = ctx.decode([t])[-1]
+            return row.copy()
         finally:
             ctx.clear()
+
+    def noise(self, cancelled: Callable[[], bool] | None = None) -> Noise:
+        """How far this device's logits move with a pass's size: the near-tie margin of the lossless check
+        (measured once per model and device, then cached)."""
+        from localspec.speculative.noise import PROMPT, load_or_measure_noise
+
+        return load_or_measure_noise(self.context, known_sha256(self.model.path), self.settings.runtime.threads(),
+                                     self.prompt_tokens(PROMPT), say=self.say, cancelled=cancelled)
 
     @property
     def n_ctx(self) -> int:
@@ -205,7 +220,10 @@ class Runtime(Prompts):
 
     def _calibrate(self, cancelled: Callable[[], bool] | None = None) -> None:
         policy, runtime, speculation = self.generator.policy, self.settings.runtime, self.settings.speculation
-        if policy.calibrated or speculation.k is not None:  # a fixed k needs no cost model
+        # a fixed k needs no cost model where every pass is the size it asks for (a CPU); where the device keeps
+        # pass sizes, a pinned k still chooses between 1 row and its padded size, and uncalibrated costs grow with
+        # the rows: 1 row always won, and a pinned k never drafted on a GPU
+        if policy.calibrated or (speculation.k is not None and not policy.shapes.active):
             return
         self.calibration = load_or_measure(
             self.context, known_sha256(self.model.path), runtime.threads(), runtime.n_gpu_layers,
