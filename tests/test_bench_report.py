@@ -105,7 +105,7 @@ def test_json_schema_medians_and_summary() -> None:
     assert p1["tokens_per_second"] == pytest.approx(27.0)
     assert p1["identical_to_baseline"] is False
     assert p1["divergences"] == [{"repeat": 0, "unit": "token", "position": 2, "baseline_token": 12, "token": 99,
-                                  "logit_gap": 0.3, "near_tie": True}]
+                                  "logit_gap": 0.3, "near_tie": True, "gap_measured_on": "prefill"}]
     assert rows[("p1", "none")]["speedup"] == 1.0 and rows[("p1", "none")]["acceptance_rate"] is None
     assert doc["summary"]["ngram"]["grounded"] == {"median_speedup": 2.5, "median_tokens_per_second": 27.0}
     assert doc["summary"]["ngram"]["chat"]["median_speedup"] == pytest.approx(0.75)
@@ -237,3 +237,32 @@ def test_tree_passes_and_branches_per_tree_pass_in_json_table_and_markdown() -> 
     assert "| grounded | auto | 15.0 | 1.50x | 50% | 2.00 | 2/2 | – | – |" in md  # old records: unknown
     assert "| p1 | grounded | ngram | 20.0 | 2.00x | 50% | 2.00 | 2/2 | 30% | 2.3 |" in md
     assert "tree passes is the share of target passes that verified a token tree" in md
+
+
+def test_a_devices_margin_classifies_and_the_worst_gap_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """The margin a device measured (speculative/noise.py) classifies, is kept in bench.json, and the terminal
+    names the worst divergence's prompt, drafter, repeat and position (a count alone named nothing)."""
+    from localspec.cli.bench import _print_report
+
+    records = _records()
+    annotate(records, _gap, margin=0.2)  # p1's 0.3 is beyond a margin of 0.2
+    by = {(r.prompt_id, r.drafter, r.repeat): r for r in records}
+    near = by[("p1", "ngram", 0)].divergence
+    assert near is not None and near.near_tie is False and near.margin == 0.2
+    report = _report(records, margin=0.2)
+    assert formats.to_json(report)["near_tie_margin"] == 0.2
+    worst = report.worst_divergence()
+    assert worst is not None and (worst[0].prompt_id, worst[1], worst[2].position) == ("p2", 1, 4)
+    _print_report(report, None, False, Console(stderr=True))
+    err = capsys.readouterr().err
+    assert "2 output(s) differ from target-only beyond this device's 0.20-logit noise margin" in err
+    assert "worst: p2 · ngram · repeat 2, token 4, logit gap 5.00" in err
+
+
+def test_a_gap_remeasured_on_target_onlys_path_says_so() -> None:
+    records = _records()
+    annotate(records, lambda b, r, d: (0.4, "decode"))
+    div = records[1].divergence
+    assert div is not None and div.near_tie is True and div.path == "decode"
+    assert "measured as target-only decoded it" in div.describe()
+    assert formats.to_json(_report(records))["results"][1]["divergences"][0]["gap_measured_on"] == "decode"

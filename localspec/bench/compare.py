@@ -49,14 +49,16 @@ def logit_gap(row: np.ndarray, a: int, b: int) -> float:
     return abs(float(row[a]) - float(row[b]))
 
 
-def classify(divergence: Divergence, gap: float | None, margin: float = NEAR_TIE_MARGIN) -> Divergence:
+def classify(divergence: Divergence, gap: float | None, margin: float = NEAR_TIE_MARGIN,
+             path: str = "prefill") -> Divergence:
     if gap is None:
         return divergence
-    return replace(divergence, gap=gap, near_tie=gap <= margin)
+    return replace(divergence, gap=gap, near_tie=gap <= margin, margin=margin, path=path)
 
 
-GapFn = Callable[[RunRecord, RunRecord, Divergence], "float | None"]
-"""(baseline run, run, divergence) → the measured logit gap, or None; the runner provides one backed by the model."""
+GapFn = Callable[[RunRecord, RunRecord, Divergence], "float | tuple[float, str] | None"]
+"""(baseline run, run, divergence) → the measured logit gap (with the path it was measured on: "prefill" or
+"decode"), or None; the runner provides one backed by the model."""
 
 
 def baselines(records: Sequence[RunRecord]) -> dict[str, RunRecord]:
@@ -67,7 +69,7 @@ def baselines(records: Sequence[RunRecord]) -> dict[str, RunRecord]:
     return out
 
 
-def annotate(records: Sequence[RunRecord], gap: GapFn | None = None) -> None:
+def annotate(records: Sequence[RunRecord], gap: GapFn | None = None, margin: float = NEAR_TIE_MARGIN) -> None:
     """Set ``compared`` and ``divergence`` on every run that has a baseline, classifying token divergences.
 
     Later target-only repeats are compared too: a difference there means decoding itself is not deterministic.
@@ -88,5 +90,7 @@ def annotate(records: Sequence[RunRecord], gap: GapFn | None = None) -> None:
         else:
             div = first_divergence(b.tokens, r.tokens)
         if div is not None and div.unit == "token" and gap is not None:
-            div = classify(div, gap(b, r, div))
+            measured = gap(b, r, div)
+            value, path = measured if isinstance(measured, tuple) else (measured, "prefill")
+            div = classify(div, value, margin, path)
         r.divergence = div

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from localspec.bench.compare import NEAR_TIE_MARGIN, Divergence
+from localspec.bench.compare import Divergence
 from localspec.bench.report import ALL, GroupResult, Report
 
 # ---- JSON -------------------------------------------------------------------------------------------------------
@@ -18,7 +18,7 @@ def _r(x: float | None, digits: int = 3) -> float | None:
 
 def _divergence_json(repeat: int, d: Divergence) -> dict[str, Any]:
     return {"repeat": repeat, "unit": d.unit, "position": d.position, "baseline_token": d.baseline_token,
-            "token": d.token, "logit_gap": _r(d.gap), "near_tie": d.near_tie}
+            "token": d.token, "logit_gap": _r(d.gap), "near_tie": d.near_tie, "gap_measured_on": d.path}
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "suite": report.suite,
         "command": report.command,
         "repeat": report.repeat,
-        "near_tie_margin": NEAR_TIE_MARGIN,
+        "near_tie_margin": _r(report.margin),
         "complete": not report.interrupted,
         "runs": {"planned": report.planned_runs, "finished": report.finished_runs},
         "results": [
@@ -175,7 +175,7 @@ def to_markdown(report: Report, chart: str | None = None) -> str:
     divs = divergence_lines(report)
     if divs:
         lines.append(f"Greedy runs that differ from target-only output (near-tie: the two candidates' logits are "
-                     f"within {NEAR_TIE_MARGIN}, the measured batch-vs-single noise):")
+                     f"within {report.margin:.2f}, this device's measured noise between pass sizes):")
         lines.append("")
         lines += [f"- {d}" for d in divs]
     else:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 # Largest batch-vs-one-at-a-time difference of a top-5 logit measured on Gemma 3 270M Q4_K_M, 2 threads (NOTES.md,
-# "Numerics": median ~0.15, up to ~1.1). Two candidates closer than this can swap places between the two paths.
+# "Numerics": median ~0.15, up to ~1.1). Two candidates closer than this can swap places between the two paths. The
+# default only: a bench measures its device's own margin (speculative/noise.py) and classifies with that.
 NEAR_TIE_MARGIN = 1.1
 
 
@@ -18,7 +19,9 @@ class Divergence:
     ``unit`` is "token" (``position`` indexes generated tokens) or "char" (anchors, compared by text, since the
     high-level API streams text, not token ids). A token of None means that side ended there. ``gap`` is
     |logit(baseline token) − logit(run's token)| at that position, None where it was not measured; ``near_tie``
-    is gap ≤ NEAR_TIE_MARGIN, None where unknown.
+    is gap ≤ ``margin`` (the device's measured noise), None where unknown. ``path``: how the gap was measured,
+    "prefill" (prompt + prefix scored in one pass) or "decode" (re-measured as target-only decoded it, 1 row a
+    pass, where the prefill's gap was beyond the margin).
     """
 
     position: int
@@ -27,13 +30,16 @@ class Divergence:
     unit: Literal["token", "char"] = "token"
     gap: float | None = None
     near_tie: bool | None = None
+    margin: float = NEAR_TIE_MARGIN
+    path: str = "prefill"
 
     def describe(self) -> str:
         where = f"{self.unit} {self.position}"
         if self.near_tie is None:
             return f"differs at {where} (unclassified)"
         kind = "near-tie" if self.near_tie else "NOT a near-tie"
-        return f"differs at {where}: {kind} (logit gap {self.gap:.2f}, margin {NEAR_TIE_MARGIN})"
+        how = "" if self.path == "prefill" else ", measured as target-only decoded it"
+        return f"differs at {where}: {kind} (logit gap {self.gap:.2f}, margin {self.margin:.2f}{how})"
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from localspec.bench.compare import BASELINE, Divergence
-from localspec.bench.records import RunRecord
+from localspec.bench.records import NEAR_TIE_MARGIN, RunRecord
 from localspec.machine import processor_name
 
 ALL = "(all)"  # the row of every prompt together; parenthesised so that it cannot clash with a suite's category
@@ -97,6 +97,7 @@ class Report:
     planned_runs: int = 0
     finished_runs: int = 0
     replayed_on: str = ""  # a cost table's device: speedups were priced on it, not timed here
+    margin: float = NEAR_TIE_MARGIN  # the near-tie margin the divergences were classified with (this device's)
 
     def groups(self) -> list[GroupResult]:
         rows = [_group(c, d, [r for r in self.results if r.category == c and r.drafter == d])
@@ -106,6 +107,11 @@ class Report:
 
     def divergences(self) -> list[tuple[PromptResult, int, Divergence]]:
         return [(r, rep, d) for r in self.results for rep, d in r.divergences]
+
+    def worst_divergence(self) -> tuple[PromptResult, int, Divergence] | None:
+        """The classified divergence with the largest logit gap (prompt, repeat, where): what a report names."""
+        measured = [(r, rep, d) for r, rep, d in self.divergences() if d.gap is not None]
+        return max(measured, key=lambda x: x[2].gap or 0.0) if measured else None
 
     def unstable(self) -> list[PromptResult]:
         """Results whose repeats disagree beyond timing noise: a busy machine, or too few repeats."""
@@ -137,6 +143,7 @@ def build_report(
     interrupted: bool = False,
     planned_runs: int = 0,
     replayed_on: str = "",
+    margin: float = NEAR_TIE_MARGIN,
 ) -> Report:
     """Aggregate annotated runs (see ``compare.annotate``) into per-prompt results, in suite and drafter order."""
     baseline_tps = {(r.prompt_id, r.repeat): r.tokens_per_second for r in records if r.drafter == BASELINE}
@@ -169,7 +176,7 @@ def build_report(
         ))
     cats = list(categories) if categories is not None else list(dict.fromkeys(r.category for r in records))
     return Report(model, machine, suite, command, list(drafters), repeat, results, cats, interrupted,
-                  planned_runs, len(records), replayed_on)
+                  planned_runs, len(records), replayed_on, margin)
 
 
 def _branches_per_tree_pass(runs: Sequence[RunRecord]) -> float | None:

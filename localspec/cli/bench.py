@@ -149,7 +149,7 @@ def bench(
             machine = rep.machine_info(runtime.threads(), runtime.n_gpu_layers, library_version(), rt.device)
             common = dict(model=rt.model_name, machine=machine, suite=the_suite.name, command=command, repeat=repeat,
                           categories=the_suite.categories, interrupted=outcome.interrupted,
-                          planned_runs=outcome.planned)
+                          planned_runs=outcome.planned, margin=runner.margin)
             report = rep.build_report(outcome.records, drafters=names, **common)
             replayed = None
             if table is not None:
@@ -223,7 +223,6 @@ def _replay(records: list, runner: Bench, table: CostTable, names: list[str], op
 
 def _print_report(report: Report, replayed: Report | None, as_json: bool, err: Console) -> None:
     from localspec.bench import formats
-    from localspec.bench.compare import NEAR_TIE_MARGIN
     from localspec.bench.report import NOISE
 
     if as_json:
@@ -244,9 +243,19 @@ def _print_report(report: Report, replayed: Report | None, as_json: bool, err: C
         _note(f"localspec: warning: the repeats of {len(unstable)} (prompt, drafter) pair(s) disagree by more than "
               f"{NOISE:.0%} (worst: {worst.prompt_id} · {worst.drafter}, {worst.spread:.0%}): the machine was "
               "busy or the runs are too short; rerun on a quiet machine or with more --repeat")
-    if any(d.near_tie is False for _, _, d in report.divergences()):
-        _note(f"localspec: warning: some output differs from target-only beyond the {NEAR_TIE_MARGIN}-logit "
-              "noise margin: that is not a numerical near-tie (please report it)")
+    worst = report.worst_divergence()
+    if worst is not None:
+        r, rep, d = worst
+        where = f"{r.prompt_id} · {r.drafter} · repeat {rep + 1}, token {d.position}"
+        how = " (measured as target-only decoded it)" if d.path == "decode" else ""
+        if d.near_tie is False:
+            beyond = sum(1 for *_, x in report.divergences() if x.near_tie is False)
+            _note(f"localspec: warning: {beyond} output(s) differ from target-only beyond this device's "
+                  f"{report.margin:.2f}-logit noise margin: not a numerical near-tie (please report it); worst: "
+                  f"{where}, logit gap {d.gap:.2f}{how}")
+        else:
+            _note(f"localspec: every divergence from target-only is a near-tie: largest logit gap {d.gap:.2f} "
+                  f"({where}), margin {report.margin:.2f}")
 
 
 def _note(line: str) -> None:

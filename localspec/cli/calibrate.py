@@ -28,6 +28,10 @@ def calibrate(
         "--shapes", help="Also time passes of a steady size against passes right after a change of size (a GPU's "
         "CUDA graphs make the first cheaper; a CPU shows no difference), and say which sizes localspec keeps.",
     )] = False,
+    noise: Annotated[bool, typer.Option(
+        "--noise", help="Also measure how far this device's logits move between a pass of 1, 8 and 16 rows and the "
+        "prefill the bench's lossless check scores with: the near-tie margin `bench` classifies divergences by.",
+    )] = False,
     *,
     options: Settings,
 ) -> None:
@@ -45,6 +49,8 @@ def calibrate(
       localspec calibrate --show --gpu-layers 0
 
       localspec calibrate --shapes
+
+      localspec calibrate --noise
     """
     from localspec.runtime import Runtime
     from localspec.speculative.calibrate import choose_reads, load_or_measure
@@ -76,6 +82,21 @@ def calibrate(
         if shapes:
             _print_shapes(rt, known_sha256(rt.model.path), runtime.threads(), settings.speculation.k_max + 1,
                           cancelled=cancelled)
+        if noise:
+            _print_noise(rt, known_sha256(rt.model.path), runtime.threads(), cancelled)
+
+
+def _print_noise(rt: Runtime, model_hash: str, threads: int, cancelled: Callable[[], bool]) -> None:
+    """This device's logit noise by pass size, measured again and cached (what `bench` classifies with)."""
+    from localspec.speculative.noise import PROMPT, load_or_measure_noise
+
+    found = load_or_measure_noise(rt.context, model_hash, threads, rt.prompt_tokens(PROMPT), again=True,
+                                  cancelled=cancelled)
+    print("logits by the size of the pass that computed them, against the lossless check's prefill:")
+    print(f"  {'rows':>6}  {'top-5 pair swing':>16}  {'top-5 logit swing':>17}")
+    for n in sorted(found.pair_swing):
+        print(f"  {n:>6}  {found.pair_swing[n]:>16.3f}  {found.logit_swing[n]:>17.3f}")
+    print(f"localspec: {found.describe()}", file=sys.stderr)
 
 
 def _print_shapes(rt: Runtime, model_hash: str, threads: int, n_max: int,
