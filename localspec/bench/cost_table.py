@@ -11,7 +11,7 @@ believed before pass shapes: a replay of that loop decides by it and prices by t
 
 A live step also pays host time around its pass (reading back, verifying, the policy, Python): a table carries that
 as ``step_overhead_seconds`` (``base`` per step, ``draft_step`` more when the pass verifies a draft, ``per_token`` ×
-tokens in the pass, ``per_sequence`` × sequences in it), fitted to live runs on that device (scripts/gpu_replay.py
+tokens in the pass, ``per_sequence`` × sequences in it), fitted to live runs on that device (tools/gpu_replay.py
 --fit). Without it a replay prices bare passes and overestimates what speculation buys. ``prompt_token_share``
 prices a batch's prompt chunks (a share of what as many rows with outputs would add to the pass); no shipped table
 sets it yet, so their prompts cost nothing (docs/performance.md, "The batch replay against this CPU").
