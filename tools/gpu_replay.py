@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The built-in suite replayed on a GPU cost table, as localspec ran before pass shapes and as it runs now, against
 what the H100 lived (../shared/gpu/h100-2026-11-25/); and the fit of the table's host time and graph capture to
-those live runs (docs/performance.md, "Pass shapes on a GPU").
+those live runs (docs/performance-notes.md at 1a3f1f9, "Pass shapes on a GPU").
 
 Takes each suite prompt's greedy target-only output from tools/replay-outputs.json (the same texts on any machine;
 replay_tables.outputs: REPLAY_OUTPUTS=here generates this machine's own, cached in bench-out/; REPLAY_OUTPUTS=FILE

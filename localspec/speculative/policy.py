@@ -115,7 +115,8 @@ class DraftPolicy:
     def width(self, drafter: Drafter) -> int:
         """How many candidates ``drafter`` may offer: a lookup's are free to propose and verified as a tree, except
         on a device with pass shapes, where a tree's size (its nodes) leaves the kept sizes: replayed on the H100
-        table, trees made grounded prompts slower than one chain (docs/performance.md, "Token trees on a GPU")."""
+        table, trees made grounded prompts slower than one chain (docs/performance-notes.md at 1a3f1f9, "Token
+        trees on a GPU")."""
         return self.branches if drafter.lookup and not self.shapes.active else 1
 
     def trim(self, draft: Draft, drafter: Drafter) -> Draft:
