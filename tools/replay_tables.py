@@ -91,7 +91,7 @@ def _read_outputs(path: Path) -> dict:
 
 
 def other_texts(path: str) -> dict:
-    """REPLAY_OUTPUTS=FILE: another machine's outputs in the shipped file's form (a GPU lease's, saved by
+    """REPLAY_OUTPUTS=FILE: another machine's outputs in the shipped file's form (a GPU run's, saved by
     tools/gpu_live.sh 9), priced instead of the shipped ones; its missing prompts are generated here (said)."""
     found = _read_outputs(Path(path))
     if not found:
