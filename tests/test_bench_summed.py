@@ -1,4 +1,4 @@
-"""scripts/bench_summed.py: a suite's summed speedup sums each prompt's time a token."""
+"""tools/bench_summed.py: a suite's summed speedup sums each prompt's time a token."""
 
 from __future__ import annotations
 

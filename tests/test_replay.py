@@ -230,7 +230,7 @@ def test_the_replay_scripts_price_shipped_outputs_of_every_suite_prompt() -> Non
     shipped = json.loads(replay_tables.SHIPPED_OUTPUTS.read_text())["by_prompt"]
     prompts = list(load_suite(None).prompts)
     missing = [p.id for p in prompts if replay_tables._key(p) not in shipped]
-    assert not missing, f"no shipped replay output for {missing}: run scripts/replay_tables.py --ship-outputs"
+    assert not missing, f"no shipped replay output for {missing}: run tools/replay_tables.py --ship-outputs"
     for prompt_tokens, output in shipped.values():
         assert prompt_tokens and all(isinstance(t, int) for t in prompt_tokens + output)
     outs = replay_tables.outputs(prompts)  # all shipped: nothing is generated (no model is loaded here)

@@ -143,7 +143,7 @@ def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(
     # text (a prompt prefilled and one found cached are computed in other batch shapes, and a near-tie may flip).
     # The draft length is pinned for the same reason: the adaptive policy learns from every request the server ran,
     # so the second request would draft other lengths than the first, verify in other pass sizes, and a near-tie in
-    # this 270M model's late, low-confidence tokens could flip (CI, stop 30: "memer\n memer" against "mendatanguser")
+    # this 270M model's late, low-confidence tokens could flip (CI, 2026-11-26: "memer\n memer" against "mendatanguser")
     pinned = {"speculation": {"k": 4}}
     client.chat.completions.create(model="default", messages=messages, max_tokens=24, extra_body=pinned)
     whole = client.chat.completions.create(model="default", messages=messages, max_tokens=24, extra_body=pinned)

@@ -1,4 +1,4 @@
-"""scripts/serve_load.py: every server is started the same way (threads, parallel sequences, context per
+"""tools/serve_load.py: every server is started the same way (threads, parallel sequences, context per
 sequence), and the comparison with llama-server is read off the right rows. No load is run here (minutes)."""
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ believed before pass shapes: a replay of that loop decides by it and prices by t
 
 A live step also pays host time around its pass (reading back, verifying, the policy, Python): a table carries that
 as ``step_overhead_seconds`` (``base`` per step, ``draft_step`` more when the pass verifies a draft, ``per_token`` ×
-tokens in the pass, ``per_sequence`` × sequences in it), fitted to live runs on that device (scripts/gpu_replay.py
+tokens in the pass, ``per_sequence`` × sequences in it), fitted to live runs on that device (tools/gpu_replay.py
 --fit). Without it a replay prices bare passes and overestimates what speculation buys. ``prompt_token_share``
 prices a batch's prompt chunks (a share of what as many rows with outputs would add to the pass); no shipped table
-sets it yet, so their prompts cost nothing (docs/performance.md, "The batch replay against this CPU").
+sets it yet, so their prompts cost nothing (docs/performance-notes.md at 1a3f1f9, "The batch replay against this CPU").
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class CostTable:
     # the same steady passes with their rows spread over 8 sequences (a batch's attention reads 8 caches)
     eight_lanes: dict[int, float] = field(default_factory=dict)
     # what a prompt token (no output) adds to a pass, as a share of what a row with one would add there: unpriced, a
-    # batch's prompt chunks cost nothing and its replay ran 12% above this CPU's live runs (docs/performance.md,
-    # "The batch replay against this CPU")
+    # batch's prompt chunks cost nothing and its replay ran 12% above this CPU's live runs (docs/performance-notes.md at
+    # 1a3f1f9, "The batch replay against this CPU")
     prompt_share: float = 0.0
     # what localspec's own calibration measured there with sizes interleaved (a GPU: each pass right after another
     # size, with a read-back): the costs its policy believed before pass shapes, whatever the passes then cost

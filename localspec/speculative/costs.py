@@ -52,8 +52,8 @@ class PassCosts:
     # the largest size: set where the device keeps pass shapes (a GPU, whose passes of hundreds of rows cost tens of
     # milliseconds). A CPU keeps the share rule: there it prices those rows too high (128 rows ~700 ms against
     # 524-559 ms measured), and that is what keeps a server's passes short: priced nearer the truth, 8 clients got
-    # no more tokens a second and waited a second longer for first tokens (docs/performance.md, "Pass shapes,
-    # continued")
+    # no more tokens a second and waited a second longer for first tokens (docs/performance-notes.md at
+    # 1a3f1f9, "Pass shapes, continued")
     wide_slope: bool = False
     # size → (pass number, the level then, seconds)
     _passes: dict[int, deque[tuple[int, float, float]]] = field(default_factory=dict)

@@ -34,7 +34,7 @@ _PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried a
 _PROBE_EVERY_MAX = 256
 _PROBE_K = 3
 # A tree must promise this much more than the best chain, and its width must have been seen this often: the policy
-# weighs some 50 shapes a step, and the best of many noisy estimates is biased up (scripts/replay_tables.py --trees:
+# weighs some 50 shapes a step, and the best of many noisy estimates is biased up (tools/replay_tables.py --trees:
 # the lowest prompt's trees ÷ chain is what these guard)
 _TREE_MARGIN = 1.1
 _TREE_EVIDENCE = 4.0
@@ -115,7 +115,8 @@ class DraftPolicy:
     def width(self, drafter: Drafter) -> int:
         """How many candidates ``drafter`` may offer: a lookup's are free to propose and verified as a tree, except
         on a device with pass shapes, where a tree's size (its nodes) leaves the kept sizes: replayed on the H100
-        table, trees made grounded prompts slower than one chain (docs/performance.md, "Token trees on a GPU")."""
+        table, trees made grounded prompts slower than one chain (docs/performance-notes.md at 1a3f1f9, "Token
+        trees on a GPU")."""
         return self.branches if drafter.lookup and not self.shapes.active else 1
 
     def trim(self, draft: Draft, drafter: Drafter) -> Draft:
@@ -191,7 +192,7 @@ class DraftPolicy:
         """A model draft's length where the device keeps pass sizes: best_k's ``k`` (the best length, or a probe's),
         a kept size, or the length it had, kept until another pays for the change (shapes.choose), each drafted
         token's own cost counted. (Offering kept sizes alone rounded a weak draft model's marginal k = 1 up to 4
-        rows, slower than no draft; with a good one that did better: scripts/toy_draft_model.py.)"""
+        rows, slower than no draft; with a good one that did better: tools/toy_draft_model.py.)"""
         top = min(room, self.k_max) + 1
         sizes = sorted({k + 1, *(s for s in (*self.shapes.sizes, self.size) if 1 < s <= top)})
         expected = self._survival_of(drafter).expected_accepted(sizes[-1] - 1)

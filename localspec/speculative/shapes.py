@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 AFTER_CHANGE, CAPTURE, STEADY = 0, 1, 2  # where a pass stands in its graph's warm-up
 # weight of the past in the hindsight estimates (~10 steps), and pseudo-steps at 1 token a pass behind a fresh one (a
-# depth has to earn its rows): replayed on the H100 table (scripts/gpu_replay.py), 0.9 and 4 put adaptive within 1% of
+# depth has to earn its rows): replayed on the H100 table (tools/gpu_replay.py), 0.9 and 4 put adaptive within 1% of
 # the best fixed k on the built-in suite and on the held-out prompts alike, every category within 2%; 0.95-0.97 and
 # 2 followed a copy too slowly (a ramp of 1, 2, 4, 8 rows) or left a size on a dip
 _DECAY = 0.9

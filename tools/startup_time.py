@@ -5,7 +5,7 @@ Runs each checkout given (default: this one) in fresh interpreters, one untimed 
 A checkout other than this one (an older commit: `git worktree add --detach ../before COMMIT`) is imported in place
 of the editable install, with this checkout's virtualenv.
 
-    .venv/bin/python scripts/startup_time.py [--runs 7] [CHECKOUT ...]
+    .venv/bin/python tools/startup_time.py [--runs 7] [CHECKOUT ...]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ its prompts, over the same with the drafter (as if every prompt generated as man
 counts; a per-prompt median hides a change that moves single prompts either way), and the grounded median. For
 before/after runs made one after the other.
 
-    .venv/bin/python scripts/bench_summed.py OUT/head-*.json OUT/base-*.json
+    .venv/bin/python tools/bench_summed.py OUT/head-*.json OUT/base-*.json
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 llama-bench's tg test); `bare`: the same plus a greedy argmax on a logits view; `localspec`: the real
 Generator, target-only. Same model, same threads, same process, interleaved repeats, medians.
 
-    .venv/bin/python scripts/decode_ceiling.py [--tokens 128] [--repeat 5] [--threads 2]
-    .venv/bin/python scripts/decode_ceiling.py --profile     # where localspec's per-token time goes (cProfile)
+    .venv/bin/python tools/decode_ceiling.py [--tokens 128] [--repeat 5] [--threads 2]
+    .venv/bin/python tools/decode_ceiling.py --profile     # where localspec's per-token time goes (cProfile)
 
 This script touches llama_cpp directly on purpose: it measures what the engine layer costs.
 """

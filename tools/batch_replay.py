@@ -2,7 +2,7 @@
 """The batch goals of issue #16, replayed on every shipped cost table: the built-in suite's 16 prompts as one batch
 against the same prompts one at a time, target-only and with n-gram drafts.
 
-    .venv/bin/python scripts/batch_replay.py            # greedy outputs generated once (cached in bench-out/)
+    .venv/bin/python tools/batch_replay.py            # greedy outputs generated once (cached in bench-out/)
 
 The outputs are generated live once (greedy, target-only, as a batch); a replay drafts them again and prices each
 pass on a table (bench/replay.py), so the numbers judge the scheduler and the policy for a device, not this CPU.

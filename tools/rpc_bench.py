@@ -7,8 +7,8 @@ localspec/costs/), then `localspec bench` on the built-in suite's grounded promp
 and n-gram at fixed k = 3, 7, 15. Local first, then every delay; prints one table.
 
     scripts/setup --rpc
-    .venv/bin/python scripts/rpc_bench.py [--delays 0,0.5,2] [--repeat 1] [--max-tokens 96] [--out bench-out/rpc]
-    .venv/bin/python scripts/rpc_bench.py --delays 0,0.5 --out bench-out/rpc --report   # the table of a past run
+    .venv/bin/python tools/rpc_bench.py [--delays 0,0.5,2] [--repeat 1] [--max-tokens 96] [--out bench-out/rpc]
+    .venv/bin/python tools/rpc_bench.py --delays 0,0.5 --out bench-out/rpc --report   # the table of a past run
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def pass_costs(rpc: str, delay_ms: float, out: Path) -> dict[int, float]:
     table = {
         "device": f"llama.cpp RPC server on loopback ({processor_name()}), {delay_ms:g} ms one way (relay)",
         "model": "gemma-3-270m-q4_k_m.gguf",
-        "measured": time.strftime("%Y-%m-%d") + ": localspec's calibration (scripts/rpc_bench.py)",
+        "measured": time.strftime("%Y-%m-%d") + ": localspec's calibration (tools/rpc_bench.py)",
         "seconds_by_batch": {str(n): round(s, 6) for n, s in sorted(seconds.items())},
     }
     if reads is not None:  # how passes are read back over this link, and the two ways' costs (choose_reads)

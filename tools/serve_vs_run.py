@@ -4,7 +4,7 @@ greedy, drafter auto, through `localspec run --chat --json` and through one stre
 `localspec serve`, alternating, --rounds times. Decode tokens per second as each reports it (run's stats, the
 server's timings.predicted_per_second), medians per prompt, and their ratio; the texts must be equal.
 
-    .venv/bin/python scripts/serve_vs_run.py [--rounds 2] [--max-tokens 128]
+    .venv/bin/python tools/serve_vs_run.py [--rounds 2] [--max-tokens 128]
 """
 
 from __future__ import annotations

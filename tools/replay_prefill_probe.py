@@ -6,7 +6,7 @@ that shrinks every speedup, the fastest way's most. This replays the suite as on
 target-only, as `localspec bench --parallel 8 --drafters none,ngram` lives it, with each SHARE on TABLE (default:
 this machine's calibration cache file).
 
-    .venv/bin/python scripts/replay_prefill_probe.py 0 0.1 0.15 0.2     # 0: as the replay prices today
+    .venv/bin/python tools/replay_prefill_probe.py 0 0.1 0.15 0.2     # 0: as the replay prices today
 """
 
 from __future__ import annotations

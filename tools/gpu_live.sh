@@ -6,25 +6,25 @@
 #      (backend sampling, trees, batch lanes, import order, defaults) on the CUDA build.
 #   2. Adaptive against fixed draft lengths, and token trees, on the built-in suite (`bench`, 3 rounds).
 #   3. The batch scheduler: the suite as one batch of auto / 8 / 16 sequences beside one at a time.
-#   4. What a pass over several sequences costs (scripts/lane_pass_costs.py), and the server under load.
+#   4. What a pass over several sequences costs (tools/lane_pass_costs.py), and the server under load.
 #   5. A cProfile of the suite with n-gram drafts, one at a time and as one batch (where host time per pass goes),
-#      and the Python work of a pass on this host without a profiler (scripts/gpu_replay.py --host: compare it with
+#      and the Python work of a pass on this host without a profiler (tools/gpu_replay.py --host: compare it with
 #      the figures in docs/performance.md, timed on the CPU machines).
 #   6. Pass shapes: steady passes against passes right after a change of size (one sequence: calibrate --shapes;
 #      lanes: lane_pass_costs.py --after-change), CUDA graphs on and off (GGML_CUDA_DISABLE_GRAPHS=1, the control).
 #   7. A model as the drafter (the target as its own draft model, adaptive, pinned k = 5, and auto's cascade): its
-#      draft lengths keep to the pass sizes the GPU keeps since session 12 (docs/performance.md).
+#      draft lengths keep to the pass sizes the GPU keeps since c579e69 (docs/performance.md).
 #   8. Before/after in one lease: n-gram, this checkout against the localspec of AT=DIR (a tree of another commit:
 #      here, `mkdir -p bench-out/ab && git archive COMMIT localspec | tar -x -C bench-out/ab`, then carry
 #      bench-out/ab and run with AT=bench-out/ab), interleaved, 3 rounds, on the built-in suite and on HELDOUT=FILE
 #      where given (../shared does not travel to the device: `cp ../shared/bench/prompts.jsonl bench-out/ab/` and
-#      HELDOUT=bench-out/ab/prompts.jsonl); scripts/bench_summed.py sums each run.
-#      (scripts/at_commit needs a .venv, which the GPU machine has not: localspec runs there from PYTHONPATH.)
+#      HELDOUT=bench-out/ab/prompts.jsonl); tools/bench_summed.py sums each run.
+#      (tools/at_commit needs a .venv, which the GPU machine has not: localspec runs there from PYTHONPATH.)
 #   9. This GPU's own greedy texts of the suite (and of HELDOUT=FILE), saved to $OUT/replay-outputs-gpu.json, and the
-#      shipped H100 table's check against the live figures over them (scripts/gpu_replay.py --check): the replay
-#      otherwise prices a CPU's texts. Later, anywhere: REPLAY_OUTPUTS=replay-outputs-gpu.json scripts/gpu_replay.py
+#      shipped H100 table's check against the live figures over them (tools/gpu_replay.py --check): the replay
+#      otherwise prices a CPU's texts. Later, anywhere: REPLAY_OUTPUTS=replay-outputs-gpu.json tools/gpu_replay.py
 #
-#     bash scripts/gpu_live.sh [steps: 1 2 3 4 5 6 7 8 9]
+#     bash tools/gpu_live.sh [steps: 1 2 3 4 5 6 7 8 9]
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 steps=${*:-1 2 3}
@@ -69,12 +69,12 @@ if has 3; then
 fi
 if has 4; then
   step "pass costs over several sequences"
-  timeout 300 $py scripts/lane_pass_costs.py > "$OUT/lane-costs.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"
+  timeout 300 $py tools/lane_pass_costs.py > "$OUT/lane-costs.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"
   tail -n 3 "$OUT/lane-costs.txt"
   # the serve extra and openai's wheels are not in ../shared/gpu/prepare.sh's pieces yet: add them to c1 first
   if $py -c "import starlette, uvicorn, openai" 2>/dev/null; then
     step "serve under load (localspec only)"
-    timeout 300 $py scripts/serve_load.py --servers localspec > "$OUT/serve-load.txt" 2>&1
+    timeout 300 $py tools/serve_load.py --servers localspec > "$OUT/serve-load.txt" 2>&1
     echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/serve-load.txt"
   else
     step "serve under load: skipped (no starlette/uvicorn/openai on this machine)"
@@ -86,7 +86,7 @@ if has 6; then
     ctl=(); [ "$graphs" = off ] && ctl=(env GGML_CUDA_DISABLE_GRAPHS=1)
     timeout 200 "${ctl[@]}" $py -m localspec calibrate --shapes > "$OUT/shapes-graphs-$graphs.txt" 2>&1
     echo "rc=$?" | tee -a "$OUT/log.txt"; tail -n 12 "$OUT/shapes-graphs-$graphs.txt"
-    timeout 300 "${ctl[@]}" $py scripts/lane_pass_costs.py --after-change > "$OUT/lane-shapes-graphs-$graphs.txt" 2>&1
+    timeout 300 "${ctl[@]}" $py tools/lane_pass_costs.py --after-change > "$OUT/lane-shapes-graphs-$graphs.txt" 2>&1
     echo "rc=$?" | tee -a "$OUT/log.txt"; grep lanes "$OUT/lane-shapes-graphs-$graphs.txt"
   done
 fi
@@ -116,7 +116,7 @@ if has 8; then
           > "$OUT/ab/at-$suite-$i.json" 2>> "$OUT/ab/err.txt"
       done
     done
-    $py scripts/bench_summed.py "$OUT"/ab/here-*.json "$OUT"/ab/at-*.json 2>&1 | tee -a "$OUT/log.txt"
+    $py tools/bench_summed.py "$OUT"/ab/here-*.json "$OUT"/ab/at-*.json 2>&1 | tee -a "$OUT/log.txt"
   fi
 fi
 if has 5; then
@@ -138,7 +138,7 @@ pstats.Stats(prof).sort_stats("tottime").print_stats(30)
 EOF
   echo "rc=$?" | tee -a "$OUT/log.txt"; head -n 3 "$OUT/prof.txt"
   step "the Python work of a pass on this host (no profiler)"
-  timeout 300 $py scripts/gpu_replay.py --host > "$OUT/host.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"
+  timeout 300 $py tools/gpu_replay.py --host > "$OUT/host.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"
   cat "$OUT/host.txt"
 fi
 if has 9; then
@@ -149,10 +149,10 @@ if has 9; then
   rm -f bench-out/replay-outputs.json  # a cache of another machine's texts would be taken for this one's
   suites=(); [[ -n "${HELDOUT:-}" ]] && suites=(--suite localspec/bench_suites/default.jsonl --suite "$HELDOUT")
   # the check over the built-in suite alone: the live figures it compares with are that suite's
-  REPLAY_OUTPUTS=here timeout 400 $py scripts/gpu_replay.py --check > "$OUT/check-own-texts.txt" 2>&1
+  REPLAY_OUTPUTS=here timeout 400 $py tools/gpu_replay.py --check > "$OUT/check-own-texts.txt" 2>&1
   echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/check-own-texts.txt"
   # (the held-out suite's texts are generated here, so the file is saved after it)
-  REPLAY_OUTPUTS=here timeout 200 $py scripts/replay_tables.py --summed --tables h100 ${suites[@]+"${suites[@]}"} \
+  REPLAY_OUTPUTS=here timeout 200 $py tools/replay_tables.py --summed --tables h100 ${suites[@]+"${suites[@]}"} \
     > "$OUT/summed-own-texts.txt" 2>&1; echo "rc=$?" | tee -a "$OUT/log.txt"; cat "$OUT/summed-own-texts.txt"
   cp bench-out/replay-outputs.json "$OUT/replay-outputs-gpu.json" && echo "saved $OUT/replay-outputs-gpu.json" \
     | tee -a "$OUT/log.txt"

@@ -5,7 +5,7 @@ Each size is timed steady (the same size repeated: a GPU replays its CUDA graph)
 after a pass of another size (no graph: what a change of draft length or of batch rows costs). Run it again with
 GGML_CUDA_DISABLE_GRAPHS=1 as the control; on a CPU the two agree.
 
-    python3 scripts/lane_pass_costs.py [--ctx-fill 300] [--lanes 8] [--after-change]
+    python3 tools/lane_pass_costs.py [--ctx-fill 300] [--lanes 8] [--after-change]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Speedup = target-only cost / replayed cost, from the measured per-pass costs, an
 gives for the team's other machine (20 / 31 / 48 / 70 ms for 1 / 4 / 8 / 16 tokens, interpolated linearly), where
 the single-token pass is relatively dearer and so long drafts pay more.
 
-    .venv/bin/python scripts/lookup_oracle.py [--suite ../shared/bench/prompts.jsonl]
+    .venv/bin/python tools/lookup_oracle.py [--suite ../shared/bench/prompts.jsonl]
 """
 
 from __future__ import annotations

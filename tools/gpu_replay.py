@@ -1,24 +1,24 @@
 #!/usr/bin/env python3
 """The built-in suite replayed on a GPU cost table, as localspec ran before pass shapes and as it runs now, against
 what the H100 lived (../shared/gpu/h100-2026-11-25/); and the fit of the table's host time and graph capture to
-those live runs (docs/performance.md, "Pass shapes on a GPU").
+those live runs (docs/performance-notes.md at 1a3f1f9, "Pass shapes on a GPU").
 
-Takes each suite prompt's greedy target-only output from scripts/replay-outputs.json (the same texts on any machine;
+Takes each suite prompt's greedy target-only output from tools/replay-outputs.json (the same texts on any machine;
 replay_tables.outputs: REPLAY_OUTPUTS=here generates this machine's own, cached in bench-out/; REPLAY_OUTPUTS=FILE
-prices another machine's, such as a GPU's saved by scripts/gpu_live.sh 9), then prices n-gram
+prices another machine's, such as a GPU's saved by tools/gpu_live.sh 9), then prices n-gram
 drafting on the table: one at a time with fixed k = 3, 7, 15 and the adaptive policy, and as one batch of 8 and 16
 lanes; "before" replays the policy without pass shapes (every
 pass its own size, as at be0108d), "now" with the sizes the table's device keeps.
 
-    .venv/bin/python scripts/gpu_replay.py [--table h100]     # the comparison, medians per category
-    .venv/bin/python scripts/gpu_replay.py --fit              # fit host time and capture to the live figures
-    .venv/bin/python scripts/gpu_replay.py --check            # the shipped table against the live figures
-    .venv/bin/python scripts/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
-    .venv/bin/python scripts/gpu_replay.py --ceiling          # each goal against what the passes allow
-    .venv/bin/python scripts/gpu_replay.py --ceiling --prompt-share 0.4   # ... a batch's prompts priced
-    .venv/bin/python scripts/gpu_replay.py --host             # the Python work per pass, timed on this machine
-    .venv/bin/python scripts/gpu_replay.py --host --code bench-out/at/d5deebfcce1a   # ... as at another commit
-    .venv/bin/python scripts/gpu_replay.py --host --k 3                              # ... drafts pinned at k = 3
+    .venv/bin/python tools/gpu_replay.py [--table h100]     # the comparison, medians per category
+    .venv/bin/python tools/gpu_replay.py --fit              # fit host time and capture to the live figures
+    .venv/bin/python tools/gpu_replay.py --check            # the shipped table against the live figures
+    .venv/bin/python tools/gpu_replay.py --suite ../shared/bench/prompts.jsonl   # prompts the fit never saw
+    .venv/bin/python tools/gpu_replay.py --ceiling          # each goal against what the passes allow
+    .venv/bin/python tools/gpu_replay.py --ceiling --prompt-share 0.4   # ... a batch's prompts priced
+    .venv/bin/python tools/gpu_replay.py --host             # the Python work per pass, timed on this machine
+    .venv/bin/python tools/gpu_replay.py --host --code bench-out/at/d5deebfcce1a   # ... as at another commit
+    .venv/bin/python tools/gpu_replay.py --host --k 3                              # ... drafts pinned at k = 3
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ def main() -> None:
     ap.add_argument("--host", action="store_true", help="time the Python work per pass (this machine, no decode)")
     ap.add_argument("--k", type=int, help="with --host: drafts pinned at this length (default: adaptive)")
     ap.add_argument("--code", type=Path, help="import localspec from this tree instead (a worktree of another "
-                    "commit, as scripts/at_commit makes: bench-out/at/COMMIT), for before/after --host timings")
+                    "commit, as tools/at_commit makes: bench-out/at/COMMIT), for before/after --host timings")
     args = ap.parse_args()
     prompts = [p for s in (args.suite or [None]) for p in load_suite(s).prompts]
     outs = outputs(prompts)

@@ -2,7 +2,7 @@
 # A new user's first `./scripts/run`, timed: a fresh clone of COMMIT (default HEAD) in a temporary folder, a fresh
 # HOME (so no localspec data and no pip cache: the whole llama-cpp-python build), until the demo's first token.
 #
-#   bash scripts/first_run.sh [COMMIT]
+#   bash tools/first_run.sh [COMMIT]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 commit=${1:-HEAD}

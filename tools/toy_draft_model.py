@@ -3,8 +3,8 @@ the replay): a target priced like the H100 table (1 row 1.1 ms + 0.12 ms a row, 
 size), a draft model whose passes cost PER_TOKEN each, scaled the same way. Prints tokens per second, drafted and
 accepted tokens and the target's size changes, for draft models from good (noise 0.3) to useless (3.0).
 
-    .venv/bin/python scripts/toy_draft_model.py                              # this checkout
-    .venv/bin/python scripts/toy_draft_model.py --code bench-out/at/COMMIT   # another commit's localspec (a worktree)
+    .venv/bin/python tools/toy_draft_model.py                              # this checkout
+    .venv/bin/python tools/toy_draft_model.py --code bench-out/at/COMMIT   # another commit's localspec (a worktree)
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ and warmed (one request, and a connection each) in this process before the clock
 
     scripts/setup --anchors                   # builds llama-server (and llama-bench) into .venv/bin
     .venv/bin/pip install -e '.[loadtest]'    # llama-cpp-python's server's own dependencies (not its rebuild)
-    .venv/bin/python scripts/serve_load.py                       # 1, 8 and 32 clients x 2 turns, four servers
-    .venv/bin/python scripts/serve_load.py --clients 1 --requests 4 --servers localspec
-    .venv/bin/python scripts/serve_load.py --base-url http://127.0.0.1:8000/v1   # a server already running
+    .venv/bin/python tools/serve_load.py                       # 1, 8 and 32 clients x 2 turns, four servers
+    .venv/bin/python tools/serve_load.py --clients 1 --requests 4 --servers localspec
+    .venv/bin/python tools/serve_load.py --base-url http://127.0.0.1:8000/v1   # a server already running
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Judge the draft-length policy on every shipped cost table, without the hardware (docs/performance.md).
 
-Prices the shipped greedy target-only outputs of each suite prompt (scripts/replay-outputs.json; a prompt it lacks,
+Prices the shipped greedy target-only outputs of each suite prompt (tools/replay-outputs.json; a prompt it lacks,
 or every prompt with REPLAY_OUTPUTS=here, is generated once on this machine and cached in bench-out/;
-REPLAY_OUTPUTS=FILE prices another machine's, such as a GPU's saved by scripts/gpu_live.sh 9), then replays
+REPLAY_OUTPUTS=FILE prices another machine's, such as a GPU's saved by tools/gpu_live.sh 9), then replays
 n-gram drafting with fixed k = 1..15, the adaptive policy and the oracle on each table (localspec/bench/replay.py),
 and prints per table: the grounded medians, the best fixed k, adaptive ÷ best fixed k, and the lowest adaptive
 speedup on an open-ended prompt.
 
-    .venv/bin/python scripts/replay_tables.py [--suite FILE ...] [--tables h100,epyc-avx2-2t,spr-2t]
-    .venv/bin/python scripts/replay_tables.py --validate LIVE.json   # replay vs the live runs in LIVE.json
-    .venv/bin/python scripts/replay_tables.py --trees               # token trees (--branches 4) against one chain
-    .venv/bin/python scripts/replay_tables.py --summed              # each suite as a whole, adaptive and fixed k
-    .venv/bin/python scripts/replay_tables.py --ship-outputs        # this machine's outputs become the shipped ones
+    .venv/bin/python tools/replay_tables.py [--suite FILE ...] [--tables h100,epyc-avx2-2t,spr-2t]
+    .venv/bin/python tools/replay_tables.py --validate LIVE.json   # replay vs the live runs in LIVE.json
+    .venv/bin/python tools/replay_tables.py --trees               # token trees (--branches 4) against one chain
+    .venv/bin/python tools/replay_tables.py --summed              # each suite as a whole, adaptive and fixed k
+    .venv/bin/python tools/replay_tables.py --ship-outputs        # this machine's outputs become the shipped ones
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXED_KS = range(1, 16)
 
 
-SHIPPED_OUTPUTS = ROOT / "scripts" / "replay-outputs.json"
+SHIPPED_OUTPUTS = ROOT / "tools" / "replay-outputs.json"
 
 
 def _key(p: BenchPrompt) -> str:
@@ -43,7 +43,7 @@ def _key(p: BenchPrompt) -> str:
 
 def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tuple[list[int], list[int], bool]]:
     """prompt id -> (prompt tokens, greedy target-only output, ended on end-of-generation). The shipped outputs
-    (scripts/replay-outputs.json) where they have the prompt, so that a replayed figure does not depend on the
+    (tools/replay-outputs.json) where they have the prompt, so that a replayed figure does not depend on the
     machine: greedy texts differ between CPUs at near-ties, and the same code replayed the 16-lane batch at 3.95x
     over one machine's texts and 4.11x over another's. Other prompts (and all, with REPLAY_OUTPUTS=here) are
     generated once on this machine and cached (bench-out/replay-outputs.json, keyed by each prompt's text and
@@ -91,12 +91,12 @@ def _read_outputs(path: Path) -> dict:
 
 
 def other_texts(path: str) -> dict:
-    """REPLAY_OUTPUTS=FILE: another machine's outputs in the shipped file's form (a GPU lease's, saved by
-    scripts/gpu_live.sh 9), priced instead of the shipped ones; its missing prompts are generated here (said)."""
+    """REPLAY_OUTPUTS=FILE: another machine's outputs in the shipped file's form (a GPU run's, saved by
+    tools/gpu_live.sh 9), priced instead of the shipped ones; its missing prompts are generated here (said)."""
     found = _read_outputs(Path(path))
     if not found:
         raise SystemExit(f"REPLAY_OUTPUTS={path}: no such file, or no replay outputs in it (give 'here', or a file "
-                         "that scripts/replay_tables.py or gpu_live.sh 9 wrote)")
+                         "that tools/replay_tables.py or gpu_live.sh 9 wrote)")
     return found
 
 
@@ -117,7 +117,7 @@ def ship_outputs(prompts: list[BenchPrompt]) -> None:
 
     doc["about"] = (f"Greedy target-only outputs of the bench suites' prompts, generated {time.strftime('%Y-%m-%d')} "
                     f"on {processor_name()} with llama-cpp-python {llama_cpp.__version__} "
-                    "by scripts/replay_tables.py --ship-outputs: the texts every replay script prices unless "
+                    "by tools/replay_tables.py --ship-outputs: the texts every replay script prices unless "
                     "REPLAY_OUTPUTS=here, so a replayed figure is the same on any machine. Keyed by sha256 of "
                     "[prompt, max_tokens], first 16 hex digits: [prompt tokens, output tokens].")
     fresh = {_key(p): generated[_key(p)] for p in prompts}
@@ -332,7 +332,7 @@ def main() -> None:
     if args.bare:
         bare = dict(overhead_base=0.0, overhead_draft=0.0, overhead_per_token=0.0, overhead_per_sequence=0.0)
         tables = {n: replace(t, **bare) for n, t in tables.items()}
-    if args.validate:  # (the table's host time and graph capture are fitted by scripts/gpu_replay.py --fit)
+    if args.validate:  # (the table's host time and graph capture are fitted by tools/gpu_replay.py --fit)
         validate(next(iter(tables.values())), json.loads(args.validate.read_text()), prompts, outs)
         return
     if args.trees:

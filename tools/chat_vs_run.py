@@ -4,7 +4,7 @@ Pilot) against the same generation without a UI (what `localspec run --chat` doe
 Each measurement runs in a fresh process, as a user's `localspec run` or `localspec chat` would: llama.cpp's
 OpenMP threads belong to the thread that first decoded, and two sets of them in one process slow each other down.
 
-    .venv/bin/python scripts/chat_vs_run.py [--rounds 3] [--max-tokens 256] [--drafter none]
+    .venv/bin/python tools/chat_vs_run.py [--rounds 3] [--max-tokens 256] [--drafter none]
 """
 
 from __future__ import annotations
