@@ -46,6 +46,15 @@ def test_localspec_and_llama_server_get_the_same_threads_sequences_and_context_p
     assert "--spec-type" not in theirs
 
 
+def test_llama_server_runs_in_its_fastest_greedy_configuration_and_its_defaults_beside_it(tmp_path):
+    args = _args(llama_server=_fake_binary(tmp_path))
+    fast = sl.command("llama-server", 8002, args, "m.gguf")
+    defaults = sl.command("llama-server-defaults", 8002, args, "m.gguf")
+    assert fast == defaults + ["--backend-sampling", "--samplers", "top_k", "--top-k", "1"]
+    ngram_defaults = sl.command("llama-server-ngram-defaults", 8002, args, "m.gguf")
+    assert ngram_defaults == defaults + ["--spec-type", "ngram-mod"]
+
+
 def test_llama_server_ngram_adds_only_its_speculation(tmp_path):
     ngram_args = "--spec-type ngram-simple --spec-ngram-simple-size-m 8"
     args = _args(llama_server=_fake_binary(tmp_path), ngram_args=ngram_args)
@@ -94,5 +103,6 @@ LLAMA_SERVER = Path(sys.executable).parent / "llama-server"
 def test_the_built_llama_server_knows_every_flag_the_load_test_passes():
     helptext = subprocess.run([str(LLAMA_SERVER), "--help"], capture_output=True, text=True, timeout=60).stdout
     cmd = sl.command("llama-server-ngram", 8002, _args(llama_server=str(LLAMA_SERVER)), "m.gguf")
+    assert "--backend-sampling" in cmd
     for flag in (c for c in cmd[1:] if c.startswith("--")):
         assert flag in helptext, flag
