@@ -23,14 +23,59 @@
 #   9. This GPU's own greedy texts of the suite (and of HELDOUT=FILE), saved to $OUT/replay-outputs-gpu.json, and the
 #      shipped H100 table's check against the live figures over them (tools/gpu_replay.py --check): the replay
 #      otherwise prices a CPU's texts. Later, anywhere: REPLAY_OUTPUTS=replay-outputs-gpu.json tools/gpu_replay.py
+#   t. The GPU goals' table within a lent GPU's time (BUDGET seconds, default 480, all of it; the steps above add up
+#      to far more): in priority order, each output saved as it is written, each step cut to the time left and
+#      skipped with a line when too little is: the near-tie margin (calibrate --noise) and the import-order test;
+#      bench with fixed k (adaptive, k=3, k=7); the suite as one batch of 8 and of 16; the load test against
+#      llama-server at its best (tools/serve_load.py: its fastest greedy configuration); llama-bench at depth 0 and
+#      at the built-in suite's typical prompt (64 tokens), for target-only against llama.cpp like with like; the
+#      drafts from earlier requests where this checkout has them (bench --job over a templated suite).
 #
-#     bash tools/gpu_live.sh [steps: 1 2 3 4 5 6 7 8 9]
+#     bash tools/gpu_live.sh [steps: t 1 2 3 4 5 6 7 8 9]
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 steps=${*:-1 2 3}
 py=python3
 step() { echo "=== $1" | tee -a "$OUT/log.txt"; }
 has() { [[ " $steps " == *" $1 "* ]]; }
+
+if has t; then
+  deadline=$((SECONDS + ${BUDGET:-480}))
+  # timed NAME SECONDS CMD...: CMD with its stdout and stderr in $OUT/NAME.txt, cut to the time left
+  timed() {
+    local name=$1 want=$2; shift 2
+    local left=$((deadline - SECONDS))
+    if [ "$left" -lt 20 ]; then step "$name: skipped, ${left} s left"; return; fi
+    [ "$want" -gt "$left" ] && want=$left
+    step "$name (up to ${want} s)"
+    timeout "$want" "$@" > "$OUT/$name.txt" 2>&1
+    echo "rc=$? after $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
+  }
+  start=$SECONDS
+  timed noise 60 $py -m localspec calibrate --noise --shapes
+  timed import-order 60 env PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
+    $py -m pytest -q -p no:cacheprovider tests/test_import_order.py
+  timed bench-k 130 $py -m localspec bench --drafters none,ngram,ngram:k3,ngram:k7 --repeat 2 --out "$OUT/bench-k"
+  timed par-8 70 $py -m localspec bench --parallel 8 --drafters none,ngram,ngram:k3 --repeat 2
+  timed par-16 70 $py -m localspec bench --parallel 16 --drafters none,ngram,ngram:k3 --repeat 2
+  if [ -n "${B:-}" ] && [ -x "$B/llama-server" ]; then
+    # serve_load starts llama-server without -ngl: a wrapper offloads every layer
+    printf '#!/bin/sh\nexec "%s" -ngl 99 "$@"\n' "$B/llama-server" > "$OUT/llama-server-gpu"
+    chmod +x "$OUT/llama-server-gpu"
+    timed serve 130 $py tools/serve_load.py --servers localspec,llama-server,llama-server-ngram --clients 8,32 \
+      --requests 2 --llama-server "$OUT/llama-server-gpu"
+  fi
+  if [ -n "${B:-}" ] && [ -n "${MODEL:-}" ]; then
+    timed llama-bench 60 "$B/llama-bench" -m "$MODEL" -ngl 99 -p 0 -n 128 -d 0,64 -r 3
+  fi
+  if $py -m localspec bench --help 2>/dev/null | grep -q -- "--job"; then
+    timed bench-job 90 $py -m localspec bench --job --suite localspec/bench_suites/templated.jsonl \
+      --drafters none,ngram --repeat 1
+  fi
+  for f in bench-k par-8 par-16 serve llama-bench noise; do
+    [ -f "$OUT/$f.txt" ] && { echo "--- $f"; tail -n 40 "$OUT/$f.txt"; }
+  done
+fi
 
 if has 1; then
   step "device"; nvidia-smi -L 2>&1 | tee -a "$OUT/log.txt"
