@@ -69,7 +69,11 @@ def install(seconds: dict[int, float], home: Path) -> None:
         from localspec.speculative import calibrate as c
 
         args = (known_sha256(rt.model.path), rt.settings.runtime.threads(), 0, 17, rt.context.backend_sampling)
-        if hasattr(c, "Calibration"):  # this checkout: figures with how and when they were measured
+        if not isinstance(rt.device, str):  # this checkout: the cache keyed by the runtime's Device
+            how = "argmax" if rt.context.backend_sampling else "logits"
+            c.Calibration(dict(seconds), dict.fromkeys(seconds, "scripts/calibration_noise.py"), rt.device.name,
+                          path=c.cache_path(args[0], rt.device, 17, how)).save()
+        elif hasattr(c, "Calibration"):  # before the Device: figures with how and when they were measured
             device = c.device_name(0)
             path = c.cache_path(args[0], device, *args[1:])
             c.Calibration(dict(seconds), dict.fromkeys(seconds, "scripts/calibration_noise.py"), device,

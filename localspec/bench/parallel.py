@@ -92,7 +92,7 @@ def live(settings: Settings, suite: Suite, drafters: list[str], parallel: int | 
                 rates[key].append(rate)
                 say(f"round {r + 1}: {'batch' if key[1] else 'one at a time'}, {key[0]}: {rate:.1f} tok/s")
         batch = next(rt for rt in opened.values() if isinstance(rt, BatchRuntime))
-        lanes, model, device = batch.parallel, batch.model_name, batch.device
+        lanes, model, device = batch.parallel, batch.model_name, batch.device.description
     finally:
         for rt in opened.values():
             rt.close()

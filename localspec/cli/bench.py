@@ -149,7 +149,8 @@ def bench(
             finally:
                 if anchor_set is not None:
                     anchor_set.close()
-            machine = rep.machine_info(runtime.threads(), runtime.n_gpu_layers, library_version(), rt.device)
+            machine = rep.machine_info(runtime.threads(), runtime.n_gpu_layers, library_version(),
+                                       rt.device.description)
             common = dict(model=rt.model_name, machine=machine, suite=the_suite.name, command=command, repeat=repeat,
                           categories=the_suite.categories, interrupted=outcome.interrupted,
                           planned_runs=outcome.planned)
