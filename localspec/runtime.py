@@ -17,8 +17,8 @@ from localspec.drafters.base import Drafter
 from localspec.drafters.early_exit import default_exit_layer, early_exit_model
 from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine import ChatTemplate, Context, Message, Model
-from localspec.engine.backend import describe_device, gpu_offload_supported
+from localspec.engine import ChatTemplate, Context, Device, Message, Model
+from localspec.engine.backend import gpu_offload_supported
 from localspec.engine.lanes import Lanes
 from localspec.errors import UserError
 from localspec.events import Event
@@ -90,11 +90,10 @@ class Runtime(Prompts):
     drafter_name: str
     chat_template: ChatTemplate
     settings: Settings
+    device: Device  # where the target runs, read once when it opens
     notices: list[str] = field(default_factory=list)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
     _drafters: dict[str, list[Drafter]] = field(default_factory=dict, repr=False)
-    # where the target runs, for stats and reports: "CPU (2 threads)", "GPU: all 18 layers offloaded (CUDA)"
-    device: str = ""
     # the target's pass costs as measured on this device; live passes correct it, and the runtime writes what they
     # improved back when it closes
     calibration: Calibration | None = None
@@ -112,6 +111,7 @@ class Runtime(Prompts):
         stack = ExitStack()
         try:
             name, path, target, notices = _open_target(settings, stack, cancelled)
+            device = Device.of(target, runtime.threads())
             # greedy: verify through llama.cpp's backend sampler (token ids, no logits copied) where it has one
             greedy_rows = speculation.k_max + 1 if sampling.greedy else 0
             # trees need a sequence per branch; the context is made for them even while the drafter needs none, so
@@ -120,14 +120,13 @@ class Runtime(Prompts):
                                               n_batch=runtime.n_batch, greedy_rows=greedy_rows,
                                               n_seq=speculation.branches))
             # token ids from the backend sampler, or logits: whichever this device reads a pass back faster
-            reads = choose_reads(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, greedy_rows,
-                                 say=say, cancelled=cancelled)
+            reads = choose_reads(ctx, known_sha256(path), device, greedy_rows, say=say, cancelled=cancelled)
             if ctx.n_ctx != runtime.n_ctx:
                 why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
                        else "llama.cpp sizes contexts in steps of 256")
                 notices.append(f"--ctx {runtime.n_ctx} is {ctx.n_ctx} tokens here ({why})")
-            shapes = load_or_measure_shapes(ctx, known_sha256(path), runtime.threads(), speculation.k_max + 1,
-                                            say=say, cancelled=cancelled)
+            shapes = load_or_measure_shapes(ctx, known_sha256(path), device, speculation.k_max + 1, say=say,
+                                            cancelled=cancelled)
             policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, branches=speculation.branches,
                                  shapes=shapes)
             if speculation.branches > 1 and shapes.active:
@@ -140,10 +139,9 @@ class Runtime(Prompts):
                                       say)
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
-                     settings, notices, stack, say=say)
+                     settings, device, notices, stack, say=say)
             rt._drafters[drafter_name] = drafters
             rt.reads = reads
-            rt.device = describe_device(target.gpu_layers, target.n_layer, runtime.threads(), target.remote)
             if drafters:
                 rt._calibrate(cancelled)
             if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
@@ -197,7 +195,7 @@ class Runtime(Prompts):
         (measured once per model and device, then cached)."""
         from localspec.speculative.noise import PROMPT, load_or_measure_noise
 
-        return load_or_measure_noise(self.context, known_sha256(self.model.path), self.settings.runtime.threads(),
+        return load_or_measure_noise(self.context, known_sha256(self.model.path), self.device,
                                      self.prompt_tokens(PROMPT), say=self.say, cancelled=cancelled)
 
     @property
@@ -219,15 +217,15 @@ class Runtime(Prompts):
         self.drafter_name = kind
 
     def _calibrate(self, cancelled: Callable[[], bool] | None = None) -> None:
-        policy, runtime, speculation = self.generator.policy, self.settings.runtime, self.settings.speculation
+        policy, speculation = self.generator.policy, self.settings.speculation
         # a fixed k needs no cost model where every pass is the size it asks for (a CPU); where the device keeps
         # pass sizes, a pinned k still chooses between 1 row and its padded size, and uncalibrated costs grow with
         # the rows: 1 row always won, and a pinned k never drafted on a GPU
         if policy.calibrated or (speculation.k is not None and not policy.shapes.active):
             return
         self.calibration = load_or_measure(
-            self.context, known_sha256(self.model.path), runtime.threads(), runtime.n_gpu_layers,
-            speculation.k_max + 1, say=self.say, cancelled=cancelled,
+            self.context, known_sha256(self.model.path), self.device, speculation.k_max + 1, say=self.say,
+            cancelled=cancelled,
         )
         policy.calibrate(self.calibration.seconds)
 
@@ -266,7 +264,7 @@ class BatchRuntime(Prompts):
     chat_template: ChatTemplate
     settings: Settings
     parallel: int
-    device: str = ""
+    device: Device  # where the target runs, read once when it opens
     notices: list[str] = field(default_factory=list)
     calibration: Calibration | None = None
     shapes: Shapes = field(default_factory=Shapes)  # the pass sizes this device keeps (a GPU's CUDA graphs)
@@ -284,16 +282,15 @@ class BatchRuntime(Prompts):
         stack = ExitStack()
         try:
             name, path, target, notices = _open_target(settings, stack, cancelled)
+            device = Device.of(target, runtime.threads())
             n_max = speculation.k_max + 1
             # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                          greedy_rows=n_max) as probe:
-                reads = choose_reads(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, n_max,
-                                     say=say, cancelled=cancelled)
-                calibration = load_or_measure(probe, known_sha256(path), runtime.threads(), runtime.n_gpu_layers,
-                                              n_max, say=say, cancelled=cancelled)
-                shapes = load_or_measure_shapes(probe, known_sha256(path), runtime.threads(), runtime.n_batch,
-                                                say=say, cancelled=cancelled)
+                reads = choose_reads(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled)
+                calibration = load_or_measure(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled)
+                shapes = load_or_measure_shapes(probe, known_sha256(path), device, runtime.n_batch, say=say,
+                                                cancelled=cancelled)
             costs = PassCosts(dict(calibration.seconds), wide_slope=shapes.active)
             if parallel is None:
                 parallel = auto_parallel(costs, PARALLEL_AUTO_MAX)
@@ -308,9 +305,8 @@ class BatchRuntime(Prompts):
                                f"({name} was trained on {target.n_ctx_train})")
             if cancelled is not None and cancelled():
                 raise KeyboardInterrupt
-            return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel,
-                       describe_device(target.gpu_layers, target.n_layer, runtime.threads(), target.remote), notices,
-                       calibration, shapes, stack)
+            return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, device,
+                       notices, calibration, shapes, stack)
         except BaseException:
             stack.close()
             raise
@@ -405,7 +401,7 @@ def _open_drafters(
             Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
         )
         if speculation.k is None:  # the policy should know what a drafted token costs before trying
-            costs = load_or_measure(ctx, known_sha256(path), runtime.threads(), runtime.n_gpu_layers, 1, say=say,
+            costs = load_or_measure(ctx, known_sha256(path), Device.of(draft, runtime.threads()), 1, say=say,
                                     cancelled=cancelled)
             policy.calibrate_drafter(name, costs.seconds[1])
         return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)

@@ -38,10 +38,10 @@ def forced_kept_sizes(timing: ShapeTiming = H200) -> Iterator[Shapes]:
     """While open, every runtime opened (one sequence or a batch) keeps ``timing``'s sizes and prices passes as the
     H200 did (nothing is written to the calibration cache)."""
 
-    def kept(ctx: object, model_hash: str, threads: int, n_max: int, **_: object) -> Shapes:
+    def kept(ctx: object, model_hash: str, device: object, n_max: int, **_: object) -> Shapes:
         return timing.shapes(n_max)
 
-    def costs(ctx: object, model_hash: str, threads: int, gpu_layers: int, n_max: int, **_: object) -> Calibration:
+    def costs(ctx: object, model_hash: str, device: object, n_max: int, **_: object) -> Calibration:
         return h200_calibration(n_max)
 
     with pytest.MonkeyPatch.context() as mp:

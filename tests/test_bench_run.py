@@ -142,20 +142,47 @@ def test_bench_out_survives_a_chart_that_crashes_and_exits_0(tmp_path: Path, mod
     assert len(said) == 1 and "crashed (SIGSEGV)" in said[0] and "bench.json" in said[0], result.stderr
 
 
+def _parallel_suite(tmp_path: Path, prompts: int) -> Path:
+    return _suite(tmp_path, "\n".join(json.dumps({"id": f"p{i}", "category": "grounded", "max_tokens": 12,
+                                                  "prompt": f"Repeat: red, green, blue, {i}. Again: red,"})
+                                      for i in range(prompts)))
+
+
 def test_bench_parallel_runs_the_suite_as_one_batch_beside_one_at_a_time(tmp_path: Path, model_path: Path) -> None:
-    suite = _suite(tmp_path, "\n".join(json.dumps({"id": f"p{i}", "category": "grounded", "max_tokens": 12,
-                                                   "prompt": f"Repeat: red, green, blue, {i}. Again: red,"})
-                                       for i in range(3)))
-    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none,ngram,ngram:k3",
-                                      "--parallel", "2", "--repeat", "1", "--model", str(model_path),
-                                      "--ctx", "256"])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["bench", "--suite", str(_parallel_suite(tmp_path, 3)), "--drafters",
+                                      "none,ngram,ngram:k3", "--parallel", "2", "--repeat", "1", "--model",
+                                      str(model_path), "--ctx", "256", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    out = result.stdout
-    assert "Live on this machine, --parallel 2" in out
-    for way in ("one at a time, none", "batch, none", "one at a time, ngram", "batch, ngram",
-                "one at a time, ngram:k3", "batch, ngram:k3"):  # a pinned entry runs too, with its own k
-        assert out.count(f"| {way} |") == 4  # live, and on each of the 3 shipped tables
-    assert "Replayed on h100" in out
+    ways = ("one at a time, none", "batch, none", "one at a time, ngram", "batch, ngram",
+            "one at a time, ngram:k3", "batch, ngram:k3")  # a pinned entry runs too, with its own k
+    assert "Live on this machine, --parallel 2" in result.stdout
+    for way in ways:
+        assert result.stdout.count(f"| {way} |") == 1  # the live table only: nothing replayed unless asked
+    assert "Replayed" not in result.stdout
+    # --out: the same report as bench.json and bench.md, and no chart (a few ways, no categories)
+    document = json.loads((out / "bench.json").read_text())
+    assert document["parallel"] == 2 and document["repeat"] == 1 and "replay" not in document
+    assert [w["way"] for w in document["ways"]] == list(ways)
+    assert "--parallel 2" in document["command"] and document["machine"]["threads"] >= 1
+    assert "Live on this machine, --parallel 2" in (out / "bench.md").read_text()
+    assert not (out / "bench.png").exists() and "bench.json" in result.stderr
+
+
+def test_bench_parallel_json_replays_on_the_table_asked_for(tmp_path: Path, model_path: Path) -> None:
+    result = CliRunner().invoke(app, ["bench", "--suite", str(_parallel_suite(tmp_path, 2)), "--drafters",
+                                      "none,ngram", "--parallel", "2", "--repeat", "1", "--model", str(model_path),
+                                      "--ctx", "256", "--json", "--replay-costs", "h100"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)  # stdout is the JSON object alone
+    assert [w["way"] for w in document["ways"]] == ["one at a time, none", "batch, none", "one at a time, ngram",
+                                                    "batch, ngram"]
+    assert document["ways"][0]["speedup"] == 1.0
+    replay = document["replay"]
+    assert "h100" in replay["replayed_on"] and len(replay["ways"]) == 4
+    assert all(w["tokens_per_second"] > 0 for w in replay["ways"])
+    # the tables, for a person, on stderr: live, and the one table asked for (no other shipped table)
+    assert "Live on this machine" in result.stderr and result.stderr.count("Replayed on") == 1
 
 
 @pytest.mark.parametrize(("args", "message"), [

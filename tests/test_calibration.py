@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 from localspec.bench.replay import CostTable, load_cost_table, replay
 from localspec.bench.suite import load_suite
 from localspec.cli import app
-from localspec.engine import Context, Model
+from localspec.engine import Context, Device, Model, library_version
 from localspec.engine.context import backend_sampling_available
+from localspec.engine.device import device_name
 from localspec.events import Step
 from localspec.models.files import known_sha256
 from localspec.runtime import Runtime
@@ -28,7 +29,6 @@ from localspec.speculative.calibrate import (
     Calibration,
     cache_path,
     choose_reads,
-    device_name,
     load_or_measure,
     measure,
 )
@@ -39,6 +39,14 @@ from localspec.speculative.shapes import STEADY, Shapes
 from tests.test_pass_costs import busy, noisy
 
 N_MAX = 2  # sizes to time in these tests: enough to see the mechanism, quick on two cores
+
+
+def _cpu(threads: int) -> Device:
+    """This machine's CPU as a runtime that offloads nothing sees it."""
+    return Device(threads, 0, False, "", device_name(0), f"CPU ({threads} threads)")
+
+
+CPU = _cpu(2)
 
 
 @pytest.fixture(scope="module")
@@ -65,20 +73,20 @@ def test_a_calibration_beside_a_busy_process_is_provisional_and_measured_again(
 ) -> None:
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     said: list[str] = []
-    first = load_or_measure(context, "f" * 64, 2, 0, N_MAX, say=said.append)
+    first = load_or_measure(context, "f" * 64, CPU, N_MAX, say=said.append)
     assert "other processes used" in first.provisional
     assert any("once: ~" in line for line in said) and any("provisional" in line for line in said)
     assert first.path is not None and json.loads(first.path.read_text())["provisional"] == first.provisional
     # a disturbed measurement is not kept for good: the next start measures again, and says why
     said.clear()
-    second = load_or_measure(context, "f" * 64, 2, 0, N_MAX, say=said.append)
+    second = load_or_measure(context, "f" * 64, CPU, N_MAX, say=said.append)
     assert any("was disturbed" in line for line in said)
     assert second.attempts == 2 and Calibration.read(first.path) == second
     # ... a limited number of times: a machine that is always busy is not measured at every start
     second.attempts = RETRIES
     second.save()
     said.clear()
-    assert load_or_measure(context, "f" * 64, 2, 0, N_MAX, say=said.append) == second and not said
+    assert load_or_measure(context, "f" * 64, CPU, N_MAX, say=said.append) == second and not said
 
 
 def test_a_calibration_records_how_and_when_and_is_reused(
@@ -130,6 +138,22 @@ def test_a_damaged_cache_is_measured_anew(tmp_path: Path) -> None:
         assert Calibration.read(path) is None, text
 
 
+def test_the_cache_files_keep_their_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's calibration is found again after an upgrade only under the same file name: model hash, device,
+    threads, offloaded layers, sizes, llama-cpp-python's version, method and how passes are read."""
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    folder, version, model = tmp_path / "cache" / "calibration", library_version(), "0123456789abcdef" * 4
+    cpu = "AMD EPYC 7B13 64-Core Processor"
+    on_cpu = Device(2, 0, False, "", cpu, "CPU (2 threads)")
+    on_gpu = Device(16, 19, True, "", f"CUDA GPU, {cpu}", "GPU: all 18 layers offloaded (CUDA)")
+    assert cache_path(model, on_cpu, 17, "argmax") == \
+        folder / f"0123456789abcdef-amd-epyc-7b13-64-core-processor-t2-g0-n17-{version}-q5-argmax.json"
+    assert cache_path(model, on_gpu, 17, "logits-steady") == \
+        folder / f"0123456789abcdef-cuda-gpu-amd-epyc-7b13-64-core-processor-t16-g19-n17-{version}-q5-logits-steady" \
+        ".json"
+    assert cache_path(model, on_cpu, 7, "shapes").name.endswith(f"-t2-g0-n7-{version}-q5-shapes.json")
+
+
 @pytest.mark.skipif(not backend_sampling_available(), reason="this llama-cpp-python has no backend sampler")
 def test_greedy_passes_are_read_back_the_way_this_device_times_faster(
     context: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -138,15 +162,15 @@ def test_greedy_passes_are_read_back_the_way_this_device_times_faster(
     context.clear()
     context.feed([2, 651, 6974])
     try:
-        reads = choose_reads(context, "e" * 64, 2, 0, N_MAX)
+        reads = choose_reads(context, "e" * 64, CPU, N_MAX)
         assert reads is not None and context.can_sample and context.backend_sampling == reads.ids
         assert set(reads.seconds["ids"]) == set(reads.seconds["logits"]) == {1, N_MAX}
         assert context.tokens == [2, 651, 6974]  # the cache as it was
         # the next start takes the choice from the cache, whatever state the context is in
         context.use_backend_sampler(not reads.ids)
-        again = choose_reads(context, "e" * 64, 2, 0, N_MAX)
+        again = choose_reads(context, "e" * 64, CPU, N_MAX)
         assert again is not None and context.backend_sampling == again.ids
-        if cache_path("e" * 64, device_name(0), 2, 0, N_MAX, what="reads").exists():  # not if others were busy
+        if cache_path("e" * 64, CPU, N_MAX, "reads").exists():  # not if others were busy
             assert again == reads
         # either way, the same token at every position: the choice is about cost only
         rows = [651, 6974, 1234, 29, 4099]
@@ -177,12 +201,13 @@ def test_a_runtime_writes_its_corrected_pass_costs_back(model_path: Path, tmp_pa
     settings = Settings(str(model_path), RuntimeSettings(n_ctx=512, n_gpu_layers=0),
                         SpeculationSettings(drafter="ngram"), SamplingSettings())
     inflated = {n: 0.25 + 0.05 * n for n in range(1, 18)}  # far above what a pass of this model costs anywhere
-    for argmax in (True, False):  # whichever way this machine reads passes back (choose_reads)
-        path = cache_path(known_sha256(model_path), device_name(0), settings.runtime.threads(), 0, 17, argmax)
+    device = _cpu(settings.runtime.threads())
+    for how in ("argmax", "logits"):  # whichever way this machine reads passes back (choose_reads)
+        path = cache_path(known_sha256(model_path), device, 17, how)
         Calibration(inflated, dict.fromkeys(inflated, "test"), "cpu", path=path).save()
     with Runtime.open(settings) as rt:
-        path = cache_path(known_sha256(model_path), device_name(0), settings.runtime.threads(), 0, 17,
-                          rt.context.backend_sampling)
+        assert rt.device == device
+        path = cache_path(known_sha256(model_path), device, 17, "argmax" if rt.context.backend_sampling else "logits")
         assert rt.calibration is not None and rt.calibration.path == path  # the cache was used, not measured
         prompt = rt.prompt_tokens("Count: one two three four five six seven eight nine ten. Again: one two three")
         list(rt.generator.generate(prompt, GenerationSettings(max_tokens=24)))
@@ -196,8 +221,8 @@ def test_calibrate_command_shows_the_figures_how_they_were_measured_and_pass_sha
 ) -> None:
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     figures = {n: 0.01 * n for n in range(1, 18)}
-    for argmax in (True, False):  # whichever way this machine reads passes back (choose_reads)
-        path = cache_path(known_sha256(model_path), device_name(0), 2, 0, 17, argmax)
+    for how in ("argmax", "logits"):  # whichever way this machine reads passes back (choose_reads)
+        path = cache_path(known_sha256(model_path), _cpu(2), 17, how)
         Calibration(figures, dict.fromkeys(figures, "how"), "cpu", provisional="busy", path=path).save()
     result = CliRunner().invoke(app, ["calibrate", "--show", "--shapes", "--model", str(model_path), "--threads", "2",
                                       "--gpu-layers", "0"])
@@ -222,7 +247,7 @@ def test_steady_and_after_change_passes_are_timed_and_the_cache_left_as_it_was(c
     assert set(timing.seconds) == {"after change", "capture", "steady"}
     assert all(set(by) == {1, 2} and min(by.values()) > 0 for by in timing.seconds.values())
     # a CPU runs no CUDA graphs: localspec keeps no pass sizes there, and times nothing to find that out
-    assert load_or_measure_shapes(context, "0" * 64, 2, N_MAX) == Shapes()
+    assert load_or_measure_shapes(context, "0" * 64, CPU, N_MAX) == Shapes()
 
 
 # ---- the same prompt, the same passes, whatever the timing noise ------------------------------------------------

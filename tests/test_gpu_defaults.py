@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from localspec.cli.options import build_options
-from localspec.engine import Context, Model
+from localspec.engine import Context, Device, Model
 from localspec.engine.backend import describe_device, gpu_offload_supported
 from localspec.paths import cache_dir
 from localspec.runtime import NO_GPU_OFFLOAD, Runtime
@@ -69,9 +69,9 @@ def test_runtime_reports_its_device(model_path):
     runtime = RuntimeSettings(n_ctx=256, n_threads=2)
     with Runtime.open(Settings(str(model_path), runtime, SpeculationSettings(drafter="none"))) as rt:
         if GPU_BUILD:
-            assert rt.device.startswith(f"GPU: all {rt.model.n_layer} layers offloaded (")
+            assert rt.device.description.startswith(f"GPU: all {rt.model.n_layer} layers offloaded (")
         else:
-            assert rt.device == "CPU (2 threads)"
+            assert rt.device.description == "CPU (2 threads)"
             assert rt.notices == []
 
 
@@ -80,11 +80,14 @@ def test_calibration_is_not_keyed_by_gpu_layers_on_a_cpu_build(model_path, capsy
     fake_hash = uuid.uuid4().hex  # a key no earlier run can have cached
     try:
         with Model(model_path) as model, Context(model, n_ctx=128, n_threads=2) as ctx:
-            first = load_or_measure(ctx, fake_hash, 2, 0, 2).seconds
+            first = load_or_measure(ctx, fake_hash, Device.of(model, 2), 2).seconds
             assert "measuring" in capsys.readouterr().err
             for gpu_layers in (-1, 5):
+                with Model(model_path, n_gpu_layers=gpu_layers) as asked:
+                    device = Device.of(asked, 2)
+                assert device == Device.of(model, 2)  # a CPU build offloads no layer, whatever was asked
                 # retry=False: a first measurement the machine disturbed is still the cache to find here
-                assert load_or_measure(ctx, fake_hash, 2, gpu_layers, 2, retry=False).seconds == first
+                assert load_or_measure(ctx, fake_hash, device, 2, retry=False).seconds == first
                 assert "measuring" not in capsys.readouterr().err
     finally:
         for path in Path(cache_dir(), "calibration").glob(f"{fake_hash[:16]}-*"):

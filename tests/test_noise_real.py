@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from localspec.engine import Context, Model
+from localspec.engine.device import Device
 from localspec.models.files import known_sha256
 from localspec.speculative.noise import ROWS, load_or_measure_noise, measure_noise
 
@@ -20,7 +21,7 @@ def test_the_margin_is_measured_by_pass_size_and_cached(model_path: Path) -> Non
         assert noise.margin == max(noise.pair_swing.values()) and "near-tie margin" in noise.describe()
         assert ctx.tokens == []  # the cache is left empty
         said: list[str] = []
-        first = load_or_measure_noise(ctx, known_sha256(model_path), 2, prompt[:6], again=True, say=said.append,
-                                      generated=10, every=4)
-        again = load_or_measure_noise(ctx, known_sha256(model_path), 2, prompt[:6], say=said.append)
+        device, sha = Device.of(model, 2), known_sha256(model_path)
+        first = load_or_measure_noise(ctx, sha, device, prompt[:6], again=True, say=said.append, generated=10, every=4)
+        again = load_or_measure_noise(ctx, sha, device, prompt[:6], say=said.append)
         assert again == first and len(said) == 1  # measured once, then read back

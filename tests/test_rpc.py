@@ -151,7 +151,7 @@ def test_greedy_text_over_two_rpc_servers_is_the_local_text_up_to_near_ties(
     with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=512), spec)) as local, \
             Runtime.open(Settings(str(model_path), RuntimeSettings(
                 n_ctx=512, rpc=tuple(map(str, servers)), tensor_split=(1.0, 1.0)), spec)) as remote:
-        assert remote.device.startswith("RPC ") and str(servers[1]) in remote.device
+        assert remote.device.description.startswith("RPC ") and str(servers[1]) in remote.device.description
         for drafter in ("none", "ngram"):
             local.set_drafter(drafter)
             remote.set_drafter(drafter)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from localspec.bench import chart
 from localspec.bench.compare import BASELINE
@@ -38,19 +39,34 @@ def check_writable(out: Path) -> None:
 def write_outputs(report: Report, out: Path, replayed: Report | None = None) -> tuple[list[Path], str | None]:
     """Write bench.json and bench.md into ``out``, then draw bench.png; returns the files written and a warning
     (no chart, and why) or None."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create --out directory {out}: {exc.strerror}") from None
+    _make(out)
     results = out / JSON_NAME
-    results.write_text(json.dumps(to_document(report, replayed), indent=2, ensure_ascii=False) + "\n",
-                       encoding="utf-8")
+    _write_json(to_document(report, replayed), results)
     _write_markdown(report, replayed, out, chart=None)
     warning = draw_chart(results, out / CHART_NAME)
     if warning is not None:
         return [results, out / MARKDOWN_NAME], warning
     _write_markdown(report, replayed, out, chart=CHART_NAME)  # now that there is a picture to link
     return [results, out / MARKDOWN_NAME, out / CHART_NAME], None
+
+
+def write_document(document: dict[str, Any], markdown: str, out: Path) -> list[Path]:
+    """bench.json and bench.md as given (``bench --parallel``'s report: a few ways, no categories to chart)."""
+    _make(out)
+    _write_json(document, out / JSON_NAME)
+    (out / MARKDOWN_NAME).write_text(markdown, encoding="utf-8")
+    return [out / JSON_NAME, out / MARKDOWN_NAME]
+
+
+def _make(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create --out directory {out}: {exc.strerror}") from None
+
+
+def _write_json(document: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _write_markdown(report: Report, replayed: Report | None, out: Path, chart: str | None) -> None:

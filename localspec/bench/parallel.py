@@ -1,8 +1,8 @@
 """`localspec bench --parallel N`: the suite as one batch, beside the same prompts one at a time, live and replayed.
 
 Live, each way's tokens per second is the wall time of the whole job (model loads excluded), the ways alternating
-round by round. Replayed, the batch's greedy outputs are drafted again through the same scheduler and priced on
-every shipped cost table (bench/replay.py ``replay_batch``).
+round by round. Replayed (``--replay-costs``), the batch's greedy outputs are drafted again through the same
+scheduler and priced on that cost table (bench/replay.py ``replay_batch``).
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from localspec.batch.request import Request
 from localspec.batch.run import make_job, run_requests
-from localspec.bench.replay import Known, load_cost_table, replay_batch, shipped_tables
+from localspec.bench.replay import CostTable, Known, replay_batch
+from localspec.bench.report import Machine
 from localspec.bench.runner import split_variant
 from localspec.bench.suite import Suite
 from localspec.events import Finished
@@ -57,9 +59,21 @@ def as_batch(rt: BatchRuntime, suite: Suite, known: list[Known] | None = None) -
     return rate
 
 
+@dataclass(frozen=True, slots=True)
+class Live:
+    """What ``live`` measured: each way's median, the lanes the batch ran, its outputs (for a replay), the model and
+    where its passes ran (as the runtime says)."""
+
+    ways: list[Way]
+    lanes: int
+    known: list[Known]
+    model: str
+    device: str
+
+
 def live(settings: Settings, suite: Suite, drafters: list[str], parallel: int | None, rounds: int,
-         say: Callable[[str], None]) -> tuple[list[Way], int, list[Known]]:
-    """Every drafter one at a time and as a batch, ``rounds`` times alternating; the lanes used; the outputs.
+         say: Callable[[str], None]) -> Live:
+    """Every drafter one at a time and as a batch, ``rounds`` times alternating.
     A pinned entry (NAME:kN) drafts that fixed length, alone and in every sequence of the batch."""
     opened: dict[tuple[str, bool], Runtime | BatchRuntime] = {}
     known: list[Known] = []
@@ -77,27 +91,79 @@ def live(settings: Settings, suite: Suite, drafters: list[str], parallel: int | 
                 rate = as_batch(rt, suite, known) if isinstance(rt, BatchRuntime) else one_at_a_time(rt, suite)
                 rates[key].append(rate)
                 say(f"round {r + 1}: {'batch' if key[1] else 'one at a time'}, {key[0]}: {rate:.1f} tok/s")
-        lanes = next(rt.parallel for rt in opened.values() if isinstance(rt, BatchRuntime))
+        batch = next(rt for rt in opened.values() if isinstance(rt, BatchRuntime))
+        lanes, model, device = batch.parallel, batch.model_name, batch.device.description
     finally:
         for rt in opened.values():
             rt.close()
-    return [Way(d, b, statistics.median(v)) for (d, b), v in rates.items()], lanes, known
+    return Live([Way(d, b, statistics.median(v)) for (d, b), v in rates.items()], lanes, known, model, device)
 
 
-def replayed(known: list[Known], drafters: list[str], parallel: int) -> list[tuple[str, list[Way]]]:
-    """The same outputs on every shipped table: each drafter one at a time and batched."""
-    out = []
-    for name in sorted(shipped_tables()):
-        table = load_cost_table(name)
-        ways = [Way(d, b, replay_batch(split_variant(d)[0], known, table, parallel if b else 1,
-                                       k=split_variant(d)[1]).tokens_per_second)
-                for d in drafters for b in (False, True)]
-        out.append((f"{name} ({table.device})", ways))
-    return out
+def replayed(known: list[Known], drafters: list[str], parallel: int, table: CostTable) -> list[Way]:
+    """The same outputs priced on ``table``: each drafter one at a time and batched."""
+    return [Way(d, b, replay_batch(split_variant(d)[0], known, table, parallel if b else 1,
+                                   k=split_variant(d)[1]).tokens_per_second)
+            for d in drafters for b in (False, True)]
+
+
+def _base(ways: list[Way]) -> float:
+    """What the speedups are over: one at a time, target-only (or the first way)."""
+    return next((w for w in ways if w.drafter == "none" and not w.batch), ways[0]).tokens_per_second
 
 
 def table(title: str, ways: list[Way]) -> str:
     """A Markdown table: each way's tok/s and its speedup over one at a time, target-only (or the first way)."""
-    base = next((w for w in ways if w.drafter == "none" and not w.batch), ways[0]).tokens_per_second
+    base = _base(ways)
     rows = [f"| {w.name} | {w.tokens_per_second:.1f} | {w.tokens_per_second / base:.2f}x |" for w in ways]
     return "\n".join([f"### {title}", "", "| way | tok/s | × one at a time, none |", "|---|---|---|", *rows, ""])
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelReport:
+    """``bench --parallel``'s report: the live ways and, when asked, the same outputs replayed on one cost table.
+    The terminal shows ``tables()``; --json and --out's bench.json carry ``to_json()``, bench.md ``to_markdown()``."""
+
+    model: str
+    machine: Machine
+    suite: str
+    command: str
+    rounds: int
+    lanes: int
+    ways: list[Way]
+    replayed_on: str = ""  # the table's device and source; "" when not replayed
+    replayed: list[Way] | None = None
+
+    def tables(self) -> str:
+        out = table(f"Live on this machine, --parallel {self.lanes}, {self.rounds} round(s), medians", self.ways)
+        if self.replayed:
+            out += "\n" + table(f"Replayed on {self.replayed_on}", self.replayed)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {"model": self.model, "machine": asdict(self.machine), "suite": self.suite, "command": self.command,
+               "repeat": self.rounds, "parallel": self.lanes, "ways": _ways_json(self.ways)}
+        if self.replayed:
+            doc["replay"] = {"replayed_on": self.replayed_on, "ways": _ways_json(self.replayed)}
+        return doc
+
+    def to_markdown(self) -> str:
+        m = self.machine
+        lines = [
+            "# localspec performance: one batch beside one at a time", "",
+            f"Produced by `{self.command}` (do not edit by hand: rerun it).", "",
+            f"- model: **{self.model}** · suite: `{self.suite}` · {self.rounds} round(s), medians",
+            f"- machine: {m.cpu} · {m.threads} threads · {m.device or f'GPU layers {m.gpu_layers}'} · "
+            f"llama-cpp-python {m.llama_cpp_version}",
+            "- tok/s is the wall time of the whole suite (model loads excluded); the ways alternate round by round",
+        ]
+        if self.replayed:
+            lines.append(f"- **replayed on {self.replayed_on}**: the batch's outputs drafted again through the same "
+                         "scheduler and priced on that device's cost table, not timed")
+        return "\n".join(lines) + "\n\n" + self.tables()
+
+
+def _ways_json(ways: list[Way]) -> list[dict[str, Any]]:
+    base = _base(ways)
+    return [{"way": w.name, "drafter": w.drafter, "batch": w.batch,
+             "tokens_per_second": round(w.tokens_per_second, 2), "speedup": round(w.tokens_per_second / base, 3)}
+            for w in ways]

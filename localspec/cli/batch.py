@@ -124,7 +124,7 @@ def batch(
                 # the counts are the whole job's (a resumed run included what earlier runs did); the measures,
                 # this run's
                 doc = {**job, "ok": job["already_done"] + totals.ok, "failed": failed, "ran": len(todo) + len(bad),
-                       **totals.measures(), "device": rt.device, "parallel": rt.parallel}
+                       **totals.measures(), "device": rt.device.description, "parallel": rt.parallel}
                 if table is not None:
                     doc["replayed"] = _replay(rt, todo, results, table, chat)
                 _write_summary(summary, doc)

@@ -50,7 +50,7 @@ def bench(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", help="Directory for bench.json, bench.md and bench.png (the chart needs matplotlib: "
-        "pip install 'localspec\\[plot]').")] = None,
+        "pip install 'localspec\\[plot]'; --parallel draws none).")] = None,
     replay_costs: Annotated[str | None, typer.Option(
         "--replay-costs", help="Also price every run on another device's cost table (a shipped name: h100, "
         "epyc-avx2-2t, spr-2t; a cost-table JSON file; or a calibration cache file): the same outputs drafted "
@@ -59,7 +59,7 @@ def bench(
     parallel: Annotated[str | None, typer.Option(
         "--parallel", help="Run the suite as one batch of N sequences ('auto': as many as pay here) beside the same "
         "prompts one at a time, for each of --drafters that drafts without a model (none, ngram, auto); live, "
-        "--repeat rounds, then replayed on every shipped cost table.")] = None,
+        "--repeat rounds (with --replay-costs, also priced on that table).")] = None,
     *,
     options: Settings,
     given: dict[str, Any],
@@ -83,6 +83,8 @@ def bench(
       localspec bench --drafters none,ngram,ngram:k3,ngram:k7 --replay-costs h100
 
       localspec bench --drafters none,ngram,ngram:b4 --replay-costs h100   (one chain against token trees)
+
+      localspec bench --parallel auto --drafters none,ngram --replay-costs h100
     """
     from localspec.bench import output
     from localspec.bench import report as rep
@@ -112,13 +114,14 @@ def bench(
             table = load_cost_table(replay_costs)
         if out is not None:
             output.check_writable(out)  # before minutes of benchmarking, not after
-        if parallel is not None:
-            return _bench_parallel(options, the_suite, names, parallel, repeat, named=drafters is not None)
         runtime = options.runtime
         command = _command(
             suite=suite, drafters=drafters, repeat=repeat, max_tokens=max_tokens, replay_costs=replay_costs,
-            anchors=anchors, out=out, **given,
+            anchors=anchors, out=out, parallel=parallel, **given,
         )
+        if parallel is not None:
+            return _bench_parallel(options, the_suite, names, parallel, repeat, named=drafters is not None,
+                                   table=table, as_json=as_json, out=out, command=command)
 
         # a first Ctrl-C while the model loads stops the load (llama.cpp polls the flag); afterwards it interrupts
         # the benchmark, which then reports the runs that finished
@@ -146,7 +149,8 @@ def bench(
             finally:
                 if anchor_set is not None:
                     anchor_set.close()
-            machine = rep.machine_info(runtime.threads(), runtime.n_gpu_layers, library_version(), rt.device)
+            machine = rep.machine_info(runtime.threads(), runtime.n_gpu_layers, library_version(),
+                                       rt.device.description)
             common = dict(model=rt.model_name, machine=machine, suite=the_suite.name, command=command, repeat=repeat,
                           categories=the_suite.categories, interrupted=outcome.interrupted,
                           planned_runs=outcome.planned, margin=runner.margin)
@@ -281,14 +285,18 @@ def _command(**given: object) -> str:
     return " ".join(parts)
 
 
-def _bench_parallel(options: Settings, suite: Suite, names: list[str], parallel: str, repeat: int,
-                    named: bool) -> None:
-    """The suite as one batch beside one at a time: live here, then replayed on every shipped table (stdout).
+def _bench_parallel(options: Settings, suite: Suite, names: list[str], parallel: str, repeat: int, named: bool, *,
+                    table: CostTable | None, as_json: bool, out: Path | None, command: str) -> None:
+    """The suite as one batch beside one at a time: live here, and priced on ``table`` when one is given; the
+    tables on stdout (--json: one JSON object there, the tables on stderr), and in ``out``.
     ``named``: the user listed the drafters (--drafters), so an entry a batch cannot run is refused, not dropped."""
+    from localspec.bench import output
     from localspec.bench import parallel as par
     from localspec.bench.anchors import NAMES as anchor_names
+    from localspec.bench.report import machine_info
     from localspec.bench.runner import split_variant
     from localspec.cli.batch import parse_parallel
+    from localspec.engine import library_version
     from localspec.runtime import lookup_drafters
 
     lanes = parse_parallel(parallel)
@@ -308,8 +316,23 @@ def _bench_parallel(options: Settings, suite: Suite, names: list[str], parallel:
                             f"like): drop {name} from --drafters (or run it without --parallel)")
     if not drafters:
         raise UserError("--parallel compares drafters that need no model: give --drafters none,ngram")
-    ways, used, known = par.live(options, suite, drafters, lanes, repeat, _note)
-    print(par.table(f"Live on this machine, --parallel {used}, {repeat} round(s), medians", ways))
-    if options.sampling.greedy and known:
-        for title, replayed in par.replayed(known, drafters, used):
-            print(par.table(f"Replayed on {title}", replayed))
+    measured = par.live(options, suite, drafters, lanes, repeat, _note)
+    runtime = options.runtime
+    report = par.ParallelReport(
+        measured.model, machine_info(runtime.threads(), runtime.n_gpu_layers, library_version(), measured.device),
+        suite.name, command, repeat, measured.lanes, measured.ways)
+    if table is not None:
+        if options.sampling.greedy and measured.known:
+            report = replace(report, replayed_on=f"{table.device} ({table.source})",
+                             replayed=par.replayed(measured.known, drafters, measured.lanes, table))
+        else:  # the replay drafts the batch's greedy outputs again
+            _note("localspec: no replay: the batch produced no greedy output to replay")
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json(), ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        print(report.tables(), file=sys.stderr)  # for a person; stdout stays pure JSON
+    else:
+        print(report.tables())
+    if out is not None:
+        files = output.write_document(report.to_json(), report.to_markdown(), out)
+        _note(f"localspec: wrote {', '.join(str(f) for f in files)}")

@@ -60,9 +60,7 @@ def calibrate(
     with user_errors(), ctrl_c_as_request() as cancelled, Runtime.open(settings, cancelled=cancelled) as rt:
         from localspec.models.files import known_sha256
 
-        runtime = settings.runtime
-        args = (rt.context, known_sha256(rt.model.path), runtime.threads(), runtime.n_gpu_layers,
-                settings.speculation.k_max + 1)
+        args = (rt.context, known_sha256(rt.model.path), rt.device, settings.speculation.k_max + 1)
         if show:
             reads = rt.reads
             calibration = load_or_measure(*args, retry=False)
@@ -70,7 +68,7 @@ def calibrate(
             reads = choose_reads(*args, again=True, cancelled=cancelled)
             with _progress_bar() as progress:
                 calibration = load_or_measure(*args, again=True, progress=progress, cancelled=cancelled)
-        print(f"{rt.model_name} on {calibration.device} ({rt.device}):")
+        print(f"{rt.model_name} on {calibration.device} ({rt.device.description}):")
         print(f"  {'tokens':>6}  {'ms':>7}  {'× 1 token':>9}  how")
         one = calibration.seconds[1]
         for n, seconds in sorted(calibration.seconds.items()):
@@ -80,17 +78,16 @@ def calibrate(
         state = f"provisional: {calibration.provisional}" if calibration.provisional else "measured on a quiet machine"
         print(f"localspec: {state}; cached in {calibration.path}", file=sys.stderr)
         if shapes:
-            _print_shapes(rt, known_sha256(rt.model.path), runtime.threads(), settings.speculation.k_max + 1,
-                          cancelled=cancelled)
+            _print_shapes(rt, known_sha256(rt.model.path), settings.speculation.k_max + 1, cancelled=cancelled)
         if noise:
-            _print_noise(rt, known_sha256(rt.model.path), runtime.threads(), cancelled)
+            _print_noise(rt, known_sha256(rt.model.path), cancelled)
 
 
-def _print_noise(rt: Runtime, model_hash: str, threads: int, cancelled: Callable[[], bool]) -> None:
+def _print_noise(rt: Runtime, model_hash: str, cancelled: Callable[[], bool]) -> None:
     """This device's logit noise by pass size, measured again and cached (what `bench` classifies with)."""
     from localspec.speculative.noise import PROMPT, load_or_measure_noise
 
-    found = load_or_measure_noise(rt.context, model_hash, threads, rt.prompt_tokens(PROMPT), again=True,
+    found = load_or_measure_noise(rt.context, model_hash, rt.device, rt.prompt_tokens(PROMPT), again=True,
                                   cancelled=cancelled)
     print("logits by the size of the pass that computed them, against the lossless check's prefill:")
     print(f"  {'rows':>6}  {'top-5 pair swing':>16}  {'top-5 logit swing':>17}")
@@ -99,15 +96,14 @@ def _print_noise(rt: Runtime, model_hash: str, threads: int, cancelled: Callable
     print(f"localspec: {found.describe()}", file=sys.stderr)
 
 
-def _print_shapes(rt: Runtime, model_hash: str, threads: int, n_max: int,
-                  cancelled: Callable[[], bool]) -> None:
+def _print_shapes(rt: Runtime, model_hash: str, n_max: int, cancelled: Callable[[], bool]) -> None:
     """Steady passes against passes after a change of size, and the sizes localspec keeps on this device."""
     from localspec.speculative.shape_timing import load_or_measure_timing, measure_shapes
 
-    graphs = rt.model.graphs
+    graphs = rt.device.graphs
     # where graphs run, timed again and cached (what the runs use); elsewhere the figures only show that a change
     # costs nothing: a few sizes, one round, are enough
-    timing = load_or_measure_timing(rt.context, model_hash, threads, again=True, cancelled=cancelled)
+    timing = load_or_measure_timing(rt.context, model_hash, rt.device, again=True, cancelled=cancelled)
     if timing is None:
         timing = measure_shapes(rt.context, (1, 2, 4), rounds=1, cancelled=cancelled)
     print("passes by where they stand in a CUDA graph's warm-up:")

@@ -8,7 +8,7 @@ from localspec.events import Stats, Token
 
 
 def stats_lines(stats: Stats, drafter: str, *, device: str = "") -> list[str]:
-    """``device``: where the model ran (Runtime.device), shown at the end of the first line."""
+    """``device``: where the model ran (Runtime.device.description), shown at the end of the first line."""
     lines = [
         f"{stats.generated_tokens} tokens in {stats.decode_seconds:.2f} s: {stats.tokens_per_second:.1f} tok/s"
         f" · prompt {stats.prompt_tokens} tokens, prefill {stats.prefill_seconds:.2f} s"

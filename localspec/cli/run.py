@@ -116,12 +116,13 @@ def _generate(
     assert finished is not None
     pieces.append(finished.tail)
     if as_json:
-        doc = json_document(rt.model_name, rt.drafter_name, "".join(pieces), tokens, finished.stats, device=rt.device)
+        doc = json_document(rt.model_name, rt.drafter_name, "".join(pieces), tokens, finished.stats,
+                            device=rt.device.description)
         out.write(json.dumps(doc, ensure_ascii=False) + "\n")
     else:
         out.write(finished.tail + "\n")
     out.flush()
-    for line in stats_lines(finished.stats, rt.drafter_name, device=rt.device):
+    for line in stats_lines(finished.stats, rt.drafter_name, device=rt.device.description):
         print(line, file=sys.stderr)
     off = switched_off(rt.drafter_name, options.speculation.k, finished.stats)
     if off:

@@ -152,7 +152,7 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | N
     shown = f"[{host}]" if ":" in host else host
     speculation = options.speculation
     _say(f"serving {rt.model_name} at http://{shown}:{port}/v1 · {rt.parallel} sequences at a time · drafter "
-         f"{speculation.drafter}{'' if speculation.k is None else f' k={speculation.k}'} · {rt.device}"
+         f"{speculation.drafter}{'' if speculation.k is None else f' k={speculation.k}'} · {rt.device.description}"
          f"{' · API key required' if key else ''}; Ctrl-C stops")
     service.start()
     try:

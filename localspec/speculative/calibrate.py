@@ -25,9 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from localspec.engine import Context, library_version
-from localspec.engine.backend import gpu_backend_name, offloaded_layers
-from localspec.machine import processor_name
+from localspec.engine import Context, Device, library_version
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
 from localspec.paths import cache_dir
@@ -108,22 +106,15 @@ class Calibration:
         return changed
 
 
-def device_name(gpu_layers: int, remote: str = "") -> str:
-    """What runs the passes, for the cache's name and the reports: the GPU backend or the RPC servers, and/or the
-    processor (an RPC setup and a local one never share figures: the round trips are in every pass)."""
-    cpu = processor_name()
-    if remote and gpu_layers > 0:
-        return f"RPC {remote}, {cpu}"
-    return f"{gpu_backend_name()} GPU, {cpu}" if gpu_layers > 0 else cpu
-
-
-def cache_path(model_hash: str, device: str, threads: int, gpu_layers: int, n_max: int, argmax: bool = True,
-               what: str = "") -> Path:
+def cache_path(model_hash: str, device: Device, n_max: int, what: str) -> Path:
+    """Where the figures of ``what`` ("argmax", "logits", either + "-steady"; "reads"; "shapes") for passes of up to
+    ``n_max`` tokens of this model on ``device`` are cached. Keep the names as they are: a new localspec finds the
+    figures a user's machine measured before (a new llama-cpp-python, whose version is in them, measures anew)."""
     # passes that return token ids (backend sampling) and passes that return logits cost differently; the device is
     # in the name because the CPU behind a machine can change from one day to the next
-    how = what or ("argmax" if argmax else "logits")
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:48] or "unknown"
-    name = f"{model_hash[:16]}-{slug}-t{threads}-g{gpu_layers}-n{n_max}-{library_version()}-{_METHOD}-{how}.json"
+    slug = re.sub(r"[^a-z0-9]+", "-", device.name.lower()).strip("-")[:48] or "unknown"
+    name = (f"{model_hash[:16]}-{slug}-t{device.threads}-g{device.gpu_layers}-n{n_max}-{library_version()}-{_METHOD}"
+            f"-{what}.json")
     return cache_dir() / "calibration" / name
 
 
@@ -144,7 +135,7 @@ class Reads:
 
 
 def choose_reads(
-    ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int, *, rounds: int = 3,
+    ctx: Context, model_hash: str, device: Device, n_max: int, *, rounds: int = 3,
     again: bool = False, say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
 ) -> Reads | None:
     """Read greedy passes the cheaper way on this device (cached like the pass costs; timed once, in a second or
@@ -152,15 +143,13 @@ def choose_reads(
     None where there is no choice (no backend sampler)."""
     if not ctx.can_sample or n_max < 1 or not ctx.model.can_rollback:  # timing rolls each pass back
         return None
-    layers = offloaded_layers(gpu_layers, ctx.model.n_layer, remote=bool(ctx.model.remote))
-    path = cache_path(model_hash, device_name(layers, ctx.model.remote), threads, layers, n_max, what="reads")
+    path = cache_path(model_hash, device, n_max, "reads")
     reads = None if again else _read_reads(path)
     if reads is None:
         (say or to_stderr)("timing how this device reads a pass back (token ids or logits), once")
         ctx.use_backend_sampler(True)
         load = _OtherLoad()
-        steady = ctx.model.graphs
-        reads = _time_reads(ctx, n_max, rounds, cancelled, steady=steady)
+        reads = _time_reads(ctx, n_max, rounds, cancelled, steady=device.graphs)
         others = load.cores()
         # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
         if others is None or others < _BUSY_CORES:
@@ -200,7 +189,7 @@ def _time_reads(ctx: Context, n_max: int, rounds: int, cancelled: Callable[[], b
 
 
 def load_or_measure(
-    ctx: Context, model_hash: str, threads: int, gpu_layers: int, n_max: int, *,
+    ctx: Context, model_hash: str, device: Device, n_max: int, *,
     say: Callable[[str], None] | None = None, progress: Progress | None = None, again: bool = False,
     retry: bool = True, cancelled: Callable[[], bool] | None = None,
 ) -> Calibration:
@@ -208,15 +197,12 @@ def load_or_measure(
     whatever is cached). A provisional cache is measured again (``retry``), at most RETRIES times in all.
     ``cancelled`` is polled between passes: KeyboardInterrupt when it turns true."""
     say = say or to_stderr
-    # keyed by the layers really offloaded: -1 and 999 are the same setting, and a build without GPU offload runs
-    # every setting on the CPU
-    remote = ctx.model.remote
-    layers = offloaded_layers(gpu_layers, ctx.model.n_layer, remote=bool(remote))
-    device = device_name(layers, remote)
-    # where CUDA graphs run, each size is timed steady (on its third pass in a row), as the loop keeps it there
-    steady = ctx.model.graphs
+    # keyed by the layers really offloaded (``device``): -1 and 999 are the same setting, and a build without GPU
+    # offload runs every setting on the CPU. Where CUDA graphs run, each size is timed steady (on its third pass in
+    # a row), as the loop keeps it there
+    steady = device.graphs
     how = ("argmax" if ctx.backend_sampling else "logits") + ("-steady" if steady else "")
-    path = cache_path(model_hash, device, threads, layers, n_max, what=how)
+    path = cache_path(model_hash, device, n_max, how)
     cached = None if again else Calibration.read(path)
     if cached is not None and len(cached.seconds) != n_max:
         cached = None
@@ -226,8 +212,8 @@ def load_or_measure(
         say(f"the last measurement of this machine's pass costs was disturbed ({cached.provisional}): measuring "
             "again")
     what = "measuring this machine's pass costs" + ("" if again or cached is not None else ", once")
-    calibration = measure(ctx, n_max, device=device, say=say, what=what, progress=progress, cancelled=cancelled,
-                          steady=steady)
+    calibration = measure(ctx, n_max, device=device.name, say=say, what=what, progress=progress,
+                          cancelled=cancelled, steady=steady)
     calibration.path = path
     if calibration.provisional:
         calibration.attempts = (cached.attempts + 1) if cached is not None else 1

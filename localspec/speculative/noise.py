@@ -22,9 +22,10 @@ from itertools import combinations
 import numpy as np
 
 from localspec.engine import Context
+from localspec.engine.device import Device
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
-from localspec.speculative.calibrate import cache_path, device_name
+from localspec.speculative.calibrate import cache_path
 
 # the margin measured on a CPU (Gemma 3 270M Q4_K_M, 2 threads; NOTES.md "Numerics"): what a check uses where this
 # device's own was not measured
@@ -104,14 +105,13 @@ def measure_noise(ctx: Context, prompt: Sequence[int], generated: int = GENERATE
     return Noise(pair, logit, len(positions))
 
 
-def load_or_measure_noise(ctx: Context, model_hash: str, threads: int, prompt: Sequence[int], *,
+def load_or_measure_noise(ctx: Context, model_hash: str, device: Device, prompt: Sequence[int], *,
                           again: bool = False, say: Callable[[str], None] | None = None,
                           cancelled: Callable[[], bool] | None = None, generated: int = GENERATED,
                           every: int = EVERY) -> Noise:
     """This device's noise, cached per model and device like its pass costs, or measured now (a few seconds on a
     CPU, well under one on a GPU)."""
-    layers = ctx.model.gpu_layers
-    path = cache_path(model_hash, device_name(layers, ctx.model.remote), threads, layers, max(ROWS), what="noise")
+    path = cache_path(model_hash, device, max(ROWS), "noise")
     noise = None if again else _read(path)
     if noise is None:
         (say or to_stderr)("measuring how far this device's logits move with a pass's size (the near-tie margin), "

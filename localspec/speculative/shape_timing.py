@@ -15,10 +15,10 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from localspec.engine import Context
+from localspec.engine import Context, Device
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
-from localspec.speculative.calibrate import cache_path, device_name, timed_pass, timing_history
+from localspec.speculative.calibrate import cache_path, timed_pass, timing_history
 from localspec.speculative.costs import low_quantile
 from localspec.speculative.shapes import Shapes
 
@@ -62,25 +62,23 @@ def measure_shapes(
 
 
 def load_or_measure_shapes(
-    ctx: Context, model_hash: str, threads: int, n_max: int, *, again: bool = False,
+    ctx: Context, model_hash: str, device: Device, n_max: int, *, again: bool = False,
     say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
 ) -> Shapes:
     """The pass sizes this device keeps (none without CUDA graphs: a CPU, an RPC setup, graphs disabled), from a
     timing cached per model and device, or taken now (a second or so on a GPU)."""
-    timing = load_or_measure_timing(ctx, model_hash, threads, again=again, say=say, cancelled=cancelled)
+    timing = load_or_measure_timing(ctx, model_hash, device, again=again, say=say, cancelled=cancelled)
     return timing.shapes(n_max) if timing is not None else Shapes()
 
 
 def load_or_measure_timing(
-    ctx: Context, model_hash: str, threads: int, *, again: bool = False,
+    ctx: Context, model_hash: str, device: Device, *, again: bool = False,
     say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
 ) -> ShapeTiming | None:
     """``load_or_measure_shapes``'s timing: None where no CUDA graphs run (nothing is timed there)."""
-    model = ctx.model
-    if not model.graphs or not model.can_rollback:
+    if not device.graphs or not ctx.model.can_rollback:
         return None
-    layers = model.gpu_layers
-    path = cache_path(model_hash, device_name(layers), threads, layers, len(SIZES), what="shapes")
+    path = cache_path(model_hash, device, len(SIZES), "shapes")
     timing = None if again else _read(path)
     if timing is None:
         (say or to_stderr)("timing passes of a steady size and after a change of size (CUDA graphs), once")
