@@ -198,3 +198,24 @@ def test_a_shelf_drops_its_oldest_and_keeps_positions_right() -> None:
     assert shelf.n_requests == 3 and int(shelf.tokens[0]) == 20
     match = shelf.lookup([41, 42, 43], 4)
     assert match is not None and match.tokens == [44, 45, 46, 47]
+
+
+def test_a_bench_job_runs_prompt_by_prompt_and_reports_halves() -> None:
+    from localspec.bench.records import RunRecord
+    from localspec.bench.runner import halves, schedule_job
+    from localspec.bench.suite import load_suite
+
+    jobs = schedule_job(3, ["none", "ngram"], 2)
+    assert [j.prompt_index for j in jobs] == [0] * 4 + [1] * 4 + [2] * 4  # a prompt's runs all before the next's
+    assert [(j.repeat, j.drafter) for j in jobs[:4]] == [(0, "none"), (0, "ngram"), (1, "ngram"), (1, "none")]
+    records = [RunRecord(p, "t", d, 0, [], "", 10, s, 10 / s) for p, d, s in
+               [("a", "none", 2.0), ("a", "ngram", 1.0), ("b", "none", 2.0), ("b", "ngram", 0.5)]]
+    got = halves(records, ["a", "b"])
+    assert got["ngram"]["first_speedup"] == pytest.approx(2.0) and got["ngram"]["second_speedup"] == pytest.approx(4.0)
+    for name in ("template-emails", "tool-calls", "code-boilerplate", "multi-turn"):
+        assert len(load_suite(Path(name)).prompts) >= 12
+
+
+def test_bench_job_refuses_parallel_in_one_line() -> None:
+    result = CliRunner().invoke(app, ["bench", "--job", "--parallel", "2"])
+    assert_one_line_error(result.exit_code, result.stderr, "--job", "--parallel")
