@@ -70,7 +70,9 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict[str, list[float
 
 
 def child(code: Path, suite: str, batch: bool, max_tokens: int | None) -> dict[str, list[float]]:
-    env = {**os.environ, "PYTHONPATH": str(code), "LOCALSPEC_HISTORY": "memory"}
+    # the code's package first; the rest of the path stays (a GPU machine's llama-cpp-python and wheels live there)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != HERE]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), *rest]), "LOCALSPEC_HISTORY": "memory"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one", "--suite", suite]
     cmd += ["--batch"] * batch + (["--max-tokens", str(max_tokens)] if max_tokens else [])
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
