@@ -219,3 +219,12 @@ def test_a_bench_job_runs_prompt_by_prompt_and_reports_halves() -> None:
 def test_bench_job_refuses_parallel_in_one_line() -> None:
     result = CliRunner().invoke(app, ["bench", "--job", "--parallel", "2"])
     assert_one_line_error(result.exit_code, result.stderr, "--job", "--parallel")
+
+
+def test_a_conversation_that_comes_back_adds_only_its_new_part() -> None:
+    history = History("m")
+    turn = [1, *range(100, 160)]
+    history.feed(turn)
+    history.feed([*turn, *range(500, 540)])  # the next turn: the whole conversation again, and more
+    assert history.n_tokens == len(turn) + 16 + 40  # the old part once, 16 tokens of it kept at the seam
+    assert history.view().lookup([158, 159, 500], 4) is not None  # an n-gram across the seam

@@ -18,6 +18,8 @@ from localspec.history.store import DEFAULT_MAX_TOKENS, Match, Shelf
 LOCAL_SCOPE = "local"
 SERVER_SCOPE = "server"
 _MIN_TOKENS = 8  # a sequence shorter than this teaches nothing worth keeping
+_RECENT_FED = 8  # per scope, the last sequences fed: a conversation that comes back adds only its new part
+_OVERLAP = 16  # tokens of the old part kept before the new one (the longest n-gram indexed)
 
 
 def scope_of_key(api_key: str | None) -> str:
@@ -43,6 +45,7 @@ class History:
     # a bench feeds by hand (each prompt after all its runs): the hooks then do nothing
     frozen: bool = False
     stamp: tuple[int, int, int] | None = None  # the file as this process last read or wrote it (disk.py)
+    _fed: dict[str, list[list[int]]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -68,12 +71,25 @@ class History:
         """Keep ``sequence`` (a prompt and what was generated after it) for later lookups in ``scope``."""
         if (self.frozen and not force) or len(sequence) < _MIN_TOKENS or self.max_tokens <= 0:
             return
-        tokens = list(sequence)[-self.max_tokens :]
         with self._lock:
+            tokens = self._new_part(list(sequence), scope)[-self.max_tokens :]
+            if len(tokens) < _MIN_TOKENS:
+                return
             self._add(scope, tokens, self.serial)
             if self.path is not None:
                 self.added.append((scope, tokens, self.serial))
             self.serial += 1
+
+    def _new_part(self, sequence: list[int], scope: str) -> list[int]:
+        """``sequence`` less what an earlier sequence of the scope already holds of it (a chat's next turn, an
+        agent resending its conversation: every turn's request starts with the last one), keeping ``_OVERLAP``
+        tokens of it so that n-grams across the seam are indexed; the whole of it otherwise."""
+        recent = self._fed.setdefault(scope, [])
+        start = max((len(old) for old in recent if len(old) <= len(sequence) and sequence[: len(old)] == old),
+                    default=0)
+        recent.append(sequence)
+        del recent[:-_RECENT_FED]
+        return sequence[max(0, start - _OVERLAP) :]
 
     def _add(self, scope: str, tokens: list[int], serial: int) -> None:
         self.shelf(scope).add(tokens, serial)
