@@ -49,6 +49,7 @@ class Step:
     verify_seconds: float
     rejected_branches: tuple[tuple[Token, ...], ...] = ()
     branches: int = 1
+    kind: str = ""  # what the draft rested on ("ngram/3", "cache/follow", ...)
 
     @property
     def emitted(self) -> tuple[Token, ...]:
@@ -72,6 +73,9 @@ class Stats:
     accepted_by_position: list[list[int]] = field(default_factory=list)
     tree_passes: int = 0  # passes that verified a token tree (more than one branch)
     branches: int = 0  # branches those passes verified
+    # of ``drafted`` / ``accepted``: the tokens drafted from earlier requests (localspec/history)
+    cache_drafted: int = 0
+    cache_accepted: int = 0
     stop_reason: str = ""
 
     @property
@@ -92,6 +96,9 @@ class Stats:
         self.generated_tokens += len(step.emitted)
         self.drafted += len(step.accepted) + len(step.rejected) + sum(len(run) for run in step.rejected_branches)
         self.accepted += len(step.accepted)
+        if step.kind.startswith("cache/"):
+            self.cache_drafted += len(step.accepted) + len(step.rejected)
+            self.cache_accepted += len(step.accepted)
         if step.branches > 1:
             self.tree_passes += 1
             self.branches += step.branches

@@ -22,6 +22,7 @@ from localspec.engine.backend import gpu_offload_supported
 from localspec.engine.lanes import Lanes
 from localspec.errors import UserError
 from localspec.events import Event
+from localspec.history import LOCAL_SCOPE, History, HistoryView
 from localspec.models.files import known_sha256
 from localspec.sampling import make_rng
 from localspec.settings import (
@@ -39,6 +40,7 @@ from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.scheduler import Job
 from localspec.speculative.shape_timing import load_or_measure_shapes
 from localspec.speculative.shapes import Shapes
+from localspec.speculative.survival import Survival
 
 if TYPE_CHECKING:
     import numpy as np
@@ -99,14 +101,17 @@ class Runtime(Prompts):
     calibration: Calibration | None = None
     reads: Reads | None = None  # how greedy passes are read back here (token ids or logits), and why
     say: Callable[[str], None] | None = field(default=None, repr=False)
+    # earlier requests' tokens, which the lookup drafts from too (None: --history off); fed as each generation ends
+    history: History | None = None
 
     @classmethod
     def open(
         cls, settings: Settings, *, cancelled: Callable[[], bool] | None = None,
-        say: Callable[[str], None] | None = None,
+        say: Callable[[str], None] | None = None, history_default: str = "disk",
     ) -> Runtime:
         """``cancelled``: polled while models load and measure (a Ctrl-C flag); when it turns true,
-        KeyboardInterrupt. ``say``: what the first start measures, and for how long (stderr when not given)."""
+        KeyboardInterrupt. ``say``: what the first start measures, and for how long (stderr when not given).
+        ``history_default``: where earlier requests are kept unless the settings say (disk, memory, off)."""
         runtime, speculation, sampling = settings.runtime, settings.speculation, settings.sampling
         stack = ExitStack()
         try:
@@ -135,11 +140,15 @@ class Runtime(Prompts):
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
                 drafter_name = "none"
+            history = open_history(settings, path, history_default, notices)
+            view = history.view(LOCAL_SCOPE) if history is not None else None
             drafters = _open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled,
-                                      say)
+                                      say, view)
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
+            if view is not None:
+                generator.on_end = view.feed
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
-                     settings, device, notices, stack, say=say)
+                     settings, device, notices, stack, say=say, history=history)
             rt._drafters[drafter_name] = drafters
             rt.reads = reads
             if drafters:
@@ -208,8 +217,9 @@ class Runtime(Prompts):
             runtime, speculation, sampling = self.settings.runtime, self.settings.speculation, self.settings.sampling
             if kind != "none" and not self.model.can_rollback:
                 raise UserError(f"{self.model_name} cannot roll back its cache: only --drafter none works")
+            view = self.history.view(LOCAL_SCOPE) if self.history is not None else None
             self._drafters[kind] = _open_drafters(
-                kind, self.model, speculation, sampling, runtime, self.generator.policy, self._stack
+                kind, self.model, speculation, sampling, runtime, self.generator.policy, self._stack, history=view
             )
         if self._drafters[kind]:
             self._calibrate()
@@ -241,6 +251,8 @@ class Runtime(Prompts):
     def close(self) -> None:
         try:
             self.save_pass_costs()
+            if self.history is not None:
+                self.history.save()
         finally:
             self._stack.close()
 
@@ -269,14 +281,18 @@ class BatchRuntime(Prompts):
     calibration: Calibration | None = None
     shapes: Shapes = field(default_factory=Shapes)  # the pass sizes this device keeps (a GPU's CUDA graphs)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
+    history: History | None = None  # earlier requests' tokens, per scope (None: off)
+    # what drafts from earlier requests are worth, learned across the job's sequences, per scope (policy.py)
+    trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(
         cls, settings: Settings, parallel: int | None = None, *, jobs: int | None = None,
         cancelled: Callable[[], bool] | None = None, say: Callable[[str], None] | None = None,
+        history_default: str = "disk",
     ) -> BatchRuntime:
         """``parallel`` None: as many lanes as pay on this device's pass costs (at most PARALLEL_AUTO_MAX, and no
-        more than ``jobs``)."""
+        more than ``jobs``). ``history_default``: as Runtime.open's (serve passes "memory")."""
         runtime, speculation = settings.runtime, settings.speculation
         check_model_free(speculation.drafter, "batch")
         stack = ExitStack()
@@ -305,8 +321,9 @@ class BatchRuntime(Prompts):
                                f"({name} was trained on {target.n_ctx_train})")
             if cancelled is not None and cancelled():
                 raise KeyboardInterrupt
+            history = open_history(settings, path, history_default, notices)
             return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, device,
-                       notices, calibration, shapes, stack)
+                       notices, calibration, shapes, stack, history)
         except BaseException:
             stack.close()
             raise
@@ -315,15 +332,21 @@ class BatchRuntime(Prompts):
         """A sequence's own loop: fresh drafters and acceptance statistics (its job's drafter and k, else the
         runtime's), the shared pass costs."""
         speculation = job.speculation or self.settings.speculation
-        drafters = lookup_drafters(speculation.drafter) or []
+        view = self.history.view(job.scope) if self.history is not None else None
+        drafters = lookup_drafters(speculation.drafter, view) or []
         policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs,
-                             shapes=self.shapes)
-        return Generator(lane, self.model.vocab, drafters, job.sampling, policy)
+                             shapes=self.shapes, shared=self.trust.setdefault(job.scope, {}))
+        generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
+        if view is not None:
+            generator.on_end = view.feed
+        return generator
 
     def close(self) -> None:
         try:
             if self.calibration is not None and self.calibration.improve(self.costs):
                 self.calibration.save()
+            if self.history is not None:
+                self.history.save()
         finally:
             self._stack.close()
 
@@ -367,10 +390,27 @@ def _open_target(
     return name, path, model, notices
 
 
-def lookup_drafters(kind: str) -> list[Drafter] | None:
+def lookup_drafters(kind: str, history: HistoryView | None = None) -> list[Drafter] | None:
     """The drafters of ``kind`` that need no model, in the order the loop asks them; None if ``kind`` needs one
-    (``auto`` without a draft model is n-gram lookup alone)."""
-    return {"none": [], "ngram": [NgramDrafter()], "auto": [NgramDrafter()]}.get(kind)
+    (``auto`` without a draft model is n-gram lookup alone). ``history``: earlier requests the lookup searches too."""
+    if kind == "none":
+        return []
+    return [NgramDrafter(history=history)] if kind in ("ngram", "auto") else None
+
+
+def open_history(settings: Settings, path: Path, default: str, notices: list[str]) -> History | None:
+    """The model's history as the settings want it (``default``: the face's): on disk in the cache folder, in
+    memory, or None (off); a file that could not be used adds its one-line notice."""
+    mode = settings.history.resolved(default)
+    if mode == "off":
+        return None
+    from localspec.history.disk import history_path
+
+    sha = known_sha256(path)
+    history = History.open(sha, history_path(sha) if mode == "disk" else None, settings.history.max_tokens)
+    notices.extend(history.notices)
+    history.notices.clear()
+    return history
 
 
 def _open_drafters(
@@ -383,10 +423,11 @@ def _open_drafters(
     stack: ExitStack,
     cancelled: Callable[[], bool] | None = None,
     say: Callable[[str], None] | None = None,
+    history: HistoryView | None = None,
 ) -> list[Drafter]:
     """The drafters for ``--drafter kind``; ``auto`` is a cascade: n-gram lookup, then the draft model if any."""
     if not (kind in ("draft", "early-exit") or (kind == "auto" and speculation.draft_model)):
-        drafters = lookup_drafters(kind)
+        drafters = lookup_drafters(kind, history)
         if drafters is None:
             raise UserError(f"unknown drafter {kind!r}")
         return drafters
@@ -410,4 +451,4 @@ def _open_drafters(
         layer = speculation.exit_layer or default_exit_layer(target.n_layer)
         return [model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")]
     model = model_drafter(resolve(speculation.draft_model)[1], "draft")
-    return [NgramDrafter(), model] if kind == "auto" else [model]
+    return [NgramDrafter(history=history), model] if kind == "auto" else [model]

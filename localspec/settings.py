@@ -152,6 +152,36 @@ class GenerationSettings:
             raise UserError("--stop must not be empty")
 
 
+HISTORY_MODES = ("disk", "memory", "off")
+HISTORY_ENV = "LOCALSPEC_HISTORY"  # the setting: disk | memory | off, over each face's default
+HISTORY_MAX_TOKENS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySettings:
+    """Drafts from earlier requests (localspec/history): ``mode`` "disk" keeps them across runs in the cache folder,
+    "memory" for this process only, "off" not at all; None: ``LOCALSPEC_HISTORY`` if set, else the face's default
+    (disk for run, chat, batch and the Python API: the user's own text; memory for serve: other people's)."""
+
+    mode: str | None = None
+    max_tokens: int = HISTORY_MAX_TOKENS  # over all scopes; the oldest requests go first
+
+    def resolved(self, default: str) -> str:
+        if self.mode is not None:
+            return self.mode
+        env = os.environ.get(HISTORY_ENV, "").strip().lower()
+        return env if env in HISTORY_MODES else default
+
+    def validate(self) -> None:
+        if self.mode is not None and self.mode not in HISTORY_MODES:
+            raise UserError(f"the history mode must be one of {', '.join(HISTORY_MODES)}, got {self.mode!r}")
+        env = os.environ.get(HISTORY_ENV, "").strip().lower()
+        if env and env not in HISTORY_MODES:
+            raise UserError(f"{HISTORY_ENV} must be one of {', '.join(HISTORY_MODES)}, got {env!r}")
+        if self.max_tokens < 0:
+            raise UserError(f"the history's bound must be 0 or more tokens, got {self.max_tokens}")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything one face (run, chat, bench) needs to open a runtime and generate: the model (a name or path;
@@ -162,7 +192,8 @@ class Settings:
     speculation: SpeculationSettings = field(default_factory=SpeculationSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     generation: GenerationSettings = field(default_factory=GenerationSettings)
+    history: HistorySettings = field(default_factory=HistorySettings)
 
     def validate(self) -> None:
-        for part in (self.runtime, self.speculation, self.sampling, self.generation):
+        for part in (self.runtime, self.speculation, self.sampling, self.generation, self.history):
             part.validate()

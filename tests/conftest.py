@@ -16,6 +16,9 @@ import localspec as _localspec  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".localspec-home"))
+# earlier requests are drafted from in memory only: no test reads or writes a history on disk unless it points
+# LOCALSPEC_HOME at a folder of its own (tests/test_history_real.py)
+os.environ.setdefault("LOCALSPEC_HISTORY", "memory")
 
 
 @pytest.fixture(scope="session")

@@ -237,6 +237,24 @@ def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Serv
             assert _agree(model, PROMPTS[2], none.choices[0].text, drafted), (none.choices[0].text, drafted)
 
 
+def test_templated_requests_draft_from_earlier_ones_and_say_so_losslessly(server: Server, model_path: Path) -> None:
+    client = server.client()
+    people = [("Ann Lee", "Rome"), ("Ben Ode", "Lima"), ("Cai Sun", "Kyiv")]
+    drafted, answers = [], []
+    for name, city in people:  # one after another: each request may draft from the ones before it
+        content = f"Reply with only a JSON object with the keys name and city: {name} lives in {city}."
+        reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": content}],
+                                               max_tokens=24)
+        drafted.append(reply.model_extra["timings"]["draft_n_cache"])  # type: ignore[index]
+        plain = client.chat.completions.create(model="default", messages=[{"role": "user", "content": content}],
+                                               max_tokens=24, extra_body={"speculation": {"drafter": "none"}})
+        answers.append((content, reply.choices[0].message.content, plain.choices[0].message.content))
+    assert sum(drafted[1:]) > 0
+    with Model(model_path) as model:
+        for content, got, want in answers:
+            assert got == want or _agree(model, content, got or "", want or "", chat=True), (got, want)
+
+
 @pytest.mark.parametrize(("body", "param"), [
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),

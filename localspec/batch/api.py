@@ -21,6 +21,7 @@ from localspec.openai_body import lone_surrogate
 from localspec.runtime import BatchRuntime
 from localspec.settings import (
     GenerationSettings,
+    HistorySettings,
     RuntimeSettings,
     SamplingSettings,
     Settings,
@@ -49,6 +50,7 @@ def generate_many(
     k: int | None = None,
     ordered: bool = False,
     cancelled: Callable[[], bool] = lambda: False,
+    keep_history: bool | None = None,
 ) -> Iterator[Result]:
     """Generate from every prompt, ``parallel`` at a time (None: as many as pay on this device), each speculating.
 
@@ -58,7 +60,9 @@ def generate_many(
     prompts go through the model's chat template. Results come as each finishes (``ordered``: in the prompts'
     order); a prompt that cannot run (a bad mapping, a prompt too long) gets a Result with ``error`` set, and the
     rest go on. Bad settings, a single string where a list belongs and ids used twice raise
-    ``localspec.errors.UserError`` before the model loads."""
+    ``localspec.errors.UserError`` before the model loads. Each prompt drafts from the earlier ones too (and from
+    earlier calls'): ``keep_history`` False keeps them in memory for this call only, True (the default, unless
+    LOCALSPEC_HISTORY says otherwise) on disk in the cache folder (`localspec cache` shows and clears it)."""
     from localspec.batch.run import run_requests
 
     if isinstance(prompts, (str, bytes, Mapping, Request)):
@@ -74,6 +78,7 @@ def generate_many(
         SpeculationSettings(drafter=drafter, k=k),
         SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         GenerationSettings(max_tokens=max_tokens, stop=stops),
+        HistorySettings(None if keep_history is None else ("disk" if keep_history else "memory")),
     )
     # before settings.validate, which would ask for a --draft model
     check_model_free(drafter, "generate_many", "drafter='ngram', 'auto' or 'none'")
@@ -81,6 +86,8 @@ def generate_many(
         settings.validate()
     except UserError as e:  # the settings speak of command-line flags: name the argument instead
         raise UserError(re.sub(r"--([a-z][a-z-]*)", lambda m: m[1].replace("-", "_"), str(e))) from None
+    if keep_history is not None and not isinstance(keep_history, bool):
+        raise UserError(f"keep_history must be True, False or None, got {keep_history!r}")
     if parallel is not None and parallel < 1:
         raise UserError(f"parallel must be at least 1 (or None: as many as pay), got {parallel}")
     requests, failed, positions = _read(list(prompts))

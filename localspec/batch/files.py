@@ -177,6 +177,29 @@ def done_ids(path: Path) -> set[str]:
     return done
 
 
+def done_texts(path: Path) -> dict[str, str]:
+    """The text of each successful result ``path`` holds (after ``done_ids`` tidied it): what a resumed job's
+    history learns from before it goes on. Lines it cannot read give nothing (they were never drafts' business)."""
+    out: dict[str, str] = {}
+    try:
+        lines = jsonl_lines(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return out
+    for line in lines:
+        try:
+            doc = loads(line)
+            ident = _id(doc)
+            text = doc.get("text")
+            if text is None:  # an OpenAI Batch output line
+                choice = doc["response"]["body"]["choices"][0]
+                text = choice["message"]["content"] if "message" in choice else choice["text"]
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            continue
+        if ident is not None and isinstance(text, str):
+            out[ident] = text
+    return out
+
+
 def jsonl_lines(text: str, keepends: bool = False) -> list[str]:
     r"""JSONL's lines: split at "\n" only (a CRLF line loses its "\r"). str.splitlines would also split at U+2028,
     U+2029 and U+0085, which JSON allows unescaped inside a string."""

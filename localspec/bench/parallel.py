@@ -21,7 +21,7 @@ from localspec.bench.runner import split_variant
 from localspec.bench.suite import Suite
 from localspec.events import Finished
 from localspec.runtime import BatchRuntime, Runtime
-from localspec.settings import GenerationSettings, Settings
+from localspec.settings import GenerationSettings, HistorySettings, Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,8 @@ def live(settings: Settings, suite: Suite, drafters: list[str], parallel: int | 
         for drafter in drafters:
             name, k, _ = split_variant(drafter)
             speculation = replace(settings.speculation, drafter=name, k=settings.speculation.k if k is None else k)
-            s = replace(settings, speculation=speculation)
+            # a bench never drafts from the history (a round would draft from its own earlier rounds' answers)
+            s = replace(settings, speculation=speculation, history=HistorySettings("off"))
             opened[(drafter, False)] = Runtime.open(s)
             opened[(drafter, True)] = BatchRuntime.open(s, parallel, jobs=len(suite.prompts))
         rates: dict[tuple[str, bool], list[float]] = {key: [] for key in opened}

@@ -10,6 +10,7 @@ inherits another's acceptance; what a pass costs on this machine is the machine'
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from localspec.settings import BRANCHES_MAX, DRAFTERS, GenerationSettings, Specu
 
 if TYPE_CHECKING:
     from localspec.runtime import Runtime
+    from localspec.speculative.survival import Survival
 
 K_MAX = SpeculationSettings().k_max  # the longest draft a pass verifies
 WARMUP_TOKENS = 8  # per drafter, before anything is timed: opens drafters, faults in weights, sizes buffers
@@ -46,6 +48,39 @@ def schedule(n_prompts: int, drafters: Sequence[str], repeat: int) -> list[Job]:
         for p in range(n_prompts):
             jobs.extend(Job(r, p, d) for d in order)
     return jobs
+
+
+def schedule_job(n_prompts: int, drafters: Sequence[str], repeat: int) -> list[Job]:
+    """``bench --job``'s order: the suite's prompts in order, as one job whose history carries over (each prompt's
+    repeats and drafters back to back, rotated as ``schedule`` rotates them)."""
+    jobs: list[Job] = []
+    for p in range(n_prompts):
+        for r in range(repeat):
+            shift = r % len(drafters) if drafters else 0
+            jobs.extend(Job(r, p, d) for d in [*drafters[shift:], *drafters[:shift]])
+    return jobs
+
+
+def halves(records: Sequence[RunRecord], prompt_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Per drafter, tok/s over the first and the second half of a job's prompts (tokens summed over seconds summed,
+    every repeat), and each half's speedup over target-only."""
+    cut = set(prompt_ids[len(prompt_ids) // 2 :])
+    sums: dict[tuple[str, bool], list[float]] = {}
+    for r in records:
+        if r.anchor:
+            continue
+        acc = sums.setdefault((r.drafter, r.prompt_id in cut), [0.0, 0.0])
+        acc[0] += r.generated_tokens
+        acc[1] += r.decode_seconds
+    out: dict[str, dict[str, float]] = {}
+    for (drafter, second), (tokens, seconds) in sums.items():
+        out.setdefault(drafter, {})["second" if second else "first"] = tokens / seconds if seconds else 0.0
+    base = out.get(BASELINE, {})
+    for row in out.values():
+        for half in ("first", "second"):
+            if base.get(half) and half in row:
+                row[f"{half}_speedup"] = row[half] / base[half]
+    return out
 
 
 def split_variant(name: str) -> tuple[str, int | None, int | None]:
@@ -93,10 +128,17 @@ class Bench:
     """Drives a :class:`localspec.runtime.Runtime` (and optionally the anchors) through a suite."""
 
     def __init__(self, rt: Runtime, suite: Suite, drafters: Sequence[str], repeat: int,
-                 anchors: anchor_names.Anchors | None = None, branches: int = 1) -> None:
+                 anchors: anchor_names.Anchors | None = None, branches: int = 1, job: bool = False) -> None:
         """``branches``: --branches for every drafter (NAME:bM overrides it per entry; the runtime's context must
-        hold as many sequences as the widest entry)."""
+        hold as many sequences as the widest entry). ``job``: the suite in order as one job, drafting from the
+        prompts before (the runtime's history, which this then feeds by hand: each prompt's target-only answer once
+        all its runs are done, so that no run of a prompt ever drafts from its own answer)."""
         self.rt = rt
+        self.job = job
+        # what each drafter's runs learned of the history's worth, carried from one prompt to the next: a prompt's
+        # runs start from what its drafter knew after the prompts before, never from another run of the same prompt
+        self._trust: dict[str, dict[str, Survival]] = {}
+        self._trust_next: dict[str, dict[str, Survival]] = {}
         self.branches = branches
         self.suite = suite
         self.drafters = list(drafters)
@@ -120,7 +162,7 @@ class Bench:
             self._run_one(first, drafter, -1, WARMUP_TOKENS)
 
     def run(self, progress: Progress | None = None) -> Outcome:
-        jobs = schedule(len(self.suite.prompts), self.drafters, self.repeat)
+        jobs = (schedule_job if self.job else schedule)(len(self.suite.prompts), self.drafters, self.repeat)
         out = Outcome(planned=len(jobs))
         try:
             for i, job in enumerate(jobs):
@@ -132,11 +174,23 @@ class Bench:
                     out.interrupted = True
                     break
                 out.records.append(record)
+                if self.job and (i + 1 == len(jobs) or jobs[i + 1].prompt_index != job.prompt_index):
+                    self._learn(prompt, out.records)
             if progress and not out.interrupted:
                 progress(len(jobs), len(jobs), None, "done")
         except KeyboardInterrupt:
             out.interrupted = True
         return out
+
+    def _learn(self, prompt: BenchPrompt, records: list[RunRecord]) -> None:
+        """All of ``prompt``'s runs are done: its target-only answer joins the history the next prompts draft from,
+        and each drafter's trust moves on to what its first repeat learned."""
+        history = self.rt.history
+        answer = next((r for r in records if r.prompt_id == prompt.id and r.drafter == BASELINE), None)
+        if history is not None and answer is not None:
+            history.feed(self.prompt_tokens(prompt) + answer.tokens, force=True)
+        self._trust.update(self._trust_next)
+        self._trust_next = {}
 
     def check(self, records: list[RunRecord]) -> None:
         """Compare every run with its baseline, measuring logit gaps at divergences with the target model."""
@@ -161,6 +215,11 @@ class Bench:
         # --k for every drafter unless NAME:kN says otherwise; each run prefills its prompt from scratch, the same
         # way (batching moves logits)
         rt.fresh(k=k, branches=self.branches if branches is None else branches, clear_cache=True)
+        if self.job:
+            policy = rt.generator.policy
+            policy.shared = copy.deepcopy(self._trust.get(drafter, {}))
+            if repeat == 0:
+                self._trust_next[drafter] = policy.shared
         tokens: list[int] = []
         pieces: list[str] = []
         finished: Finished | None = None

@@ -86,11 +86,18 @@ def _parse_row(line: str, where: str) -> BenchPrompt:
     return BenchPrompt(row["id"], row["category"], row["prompt"], max_tokens)
 
 
+# the shipped suites, by name (--suite NAME): the default one, and jobs whose text repeats across requests (one
+# template over many items, tool calls, code with shared boilerplate, a conversation), for `bench --job`
+SHIPPED_SUITES = ("default", "template-emails", "tool-calls", "code-boilerplate", "multi-turn")
+
+
 def load_suite(path: Path | None) -> Suite:
     """The suite in ``path``, or the built-in default suite shipped with the package when None."""
     if path is None:
-        text = resources.files("localspec").joinpath("bench_suites", f"{DEFAULT_SUITE}.jsonl").read_text("utf-8")
-        return parse_suite(text, DEFAULT_SUITE)
+        path = Path(DEFAULT_SUITE)
+    shipped = resources.files("localspec").joinpath("bench_suites", f"{path.name}.jsonl")
+    if path.name in SHIPPED_SUITES and not path.exists() and shipped.is_file():  # a shipped suite, by its name
+        return parse_suite(shipped.read_text("utf-8"), path.name)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -163,7 +163,7 @@ def _register() -> None:
     # Imported for their side effect of adding commands to `app`; each module owns one command.
     import importlib
 
-    for name in ("run", "pull", "models", "bench", "chat", "calibrate", "batch", "serve", "rpc_server"):
+    for name in ("run", "pull", "models", "bench", "chat", "calibrate", "batch", "serve", "rpc_server", "cache"):
         importlib.import_module(f"localspec.cli.{name}")
     # The command list shows a docstring's first paragraph with its line breaks kept (typer, rich mode), so a
     # summary that wraps in the source reads as cut mid-sentence: give each command its summary as one line.

@@ -115,6 +115,8 @@ def batch(
             rt = stack.enter_context(BatchRuntime.open(options, lanes, jobs=max(1, len(todo)), cancelled=cancelled))
             for notice in rt.notices:
                 _say(notice, quiet)
+            if done:
+                _learn_done(rt, requests, output, chat)
             writer = stack.enter_context(ResultWriter(output, rt.model_name))
             for line_error in bad:
                 writer.write_error(line_error)
@@ -137,6 +139,27 @@ def batch(
         where = "on stdout" if str(output) in ("-", "/dev/stdout") else f"in {output}"
         _say(f"{failed} of {len(todo) + len(bad)} prompts failed: their error records are {where}", False)
         raise typer.Exit(1)
+
+
+def _learn_done(rt: BatchRuntime, requests: list[Request], output: Path, chat: bool) -> None:
+    """A resumed job drafts from what it already wrote, as if it had run on: each done request's prompt and
+    output go into the history (where the history is kept on disk they may be there already: a second copy only
+    weighs that continuation twice)."""
+    from localspec.batch.files import done_texts
+    from localspec.batch.run import make_job
+
+    if rt.history is None:
+        return
+    texts = done_texts(output)
+    for index, request in enumerate(requests):
+        text = texts.get(request.id)
+        if text is None:
+            continue
+        try:
+            prompt = make_job(rt, request, index, chat).prompt
+        except UserError:
+            continue
+        rt.history.feed(prompt + rt.model.vocab.tokenize(text, add_special=False, parse_special=False))
 
 
 @dataclass(slots=True)

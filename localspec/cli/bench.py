@@ -19,7 +19,7 @@ from rich.console import Console
 from localspec.cli import app, ctrl_c_as_request, fail, user_errors
 from localspec.cli.options import OPTIONS, generation_options
 from localspec.errors import UserError
-from localspec.settings import Settings
+from localspec.settings import HistorySettings, Settings
 
 if TYPE_CHECKING:
     from localspec.bench.replay import CostTable
@@ -60,6 +60,11 @@ def bench(
         "--parallel", help="Run the suite as one batch of N sequences ('auto': as many as pay here) beside the same "
         "prompts one at a time, for each of --drafters that drafts without a model (none, ngram, auto); live, "
         "--repeat rounds (with --replay-costs, also priced on that table).")] = None,
+    job: Annotated[bool, typer.Option(
+        "--job", help="Run the suite in order as one job: each prompt drafts from the prompts before it (their "
+        "target-only answers, kept in memory; never a prompt's own runs), and what the drafts from them are worth "
+        "carries over. Reports the job's first and second halves too. Shipped jobs: --suite template-emails, "
+        "tool-calls, code-boilerplate, multi-turn.")] = False,
     *,
     options: Settings,
     given: dict[str, Any],
@@ -89,7 +94,7 @@ def bench(
     from localspec.bench import output
     from localspec.bench import report as rep
     from localspec.bench.anchors import NAMES as anchor_names
-    from localspec.bench.runner import Bench, parse_drafters, schedule, split_variant
+    from localspec.bench.runner import Bench, halves, parse_drafters, schedule, schedule_job, split_variant
     from localspec.bench.suite import load_suite
     from localspec.engine import library_version
     from localspec.runtime import Runtime
@@ -114,10 +119,13 @@ def bench(
             table = load_cost_table(replay_costs)
         if out is not None:
             output.check_writable(out)  # before minutes of benchmarking, not after
+        if parallel is not None and job:
+            raise UserError("--job runs the prompts one at a time, in order: leave --parallel out (a batch job drafts "
+                            "from its earlier lines through `localspec batch`)")
         runtime = options.runtime
         command = _command(
             suite=suite, drafters=drafters, repeat=repeat, max_tokens=max_tokens, replay_costs=replay_costs,
-            anchors=anchors, out=out, parallel=parallel, **given,
+            anchors=anchors, out=out, parallel=parallel, job=job, **given,
         )
         if parallel is not None:
             return _bench_parallel(options, the_suite, names, parallel, repeat, named=drafters is not None,
@@ -130,8 +138,14 @@ def bench(
             # sequence for every branch the widest entry (NAME:bM) may verify
             widest = max([options.speculation.branches, *(split_variant(n)[2] or 1 for n in names
                                                            if n not in anchor_names)])
+            # earlier prompts are drafted from only in a --job, in memory, fed by the bench itself (never from a
+            # prompt's own runs); a bench never reads or writes the history kept on disk
+            history = HistorySettings("memory" if job else "off")
             opened = Runtime.open(replace(options, speculation=replace(options.speculation, drafter="none",
-                                                                       branches=widest)), cancelled=cancelled)
+                                                                       branches=widest), history=history),
+                                  cancelled=cancelled)
+            if opened.history is not None:
+                opened.history.frozen = True
         with opened as rt:
             for notice in rt.notices:
                 _note(f"localspec: {notice}")
@@ -142,8 +156,9 @@ def bench(
                 anchor_set = Anchors(rt.model.path, n_ctx=rt.n_ctx, n_threads=runtime.threads(),
                                      n_gpu_layers=runtime.n_gpu_layers)
             try:
-                runner = Bench(rt, the_suite, names, repeat, anchor_set, branches=options.speculation.branches)
-                jobs = schedule(len(the_suite.prompts), names, repeat)
+                runner = Bench(rt, the_suite, names, repeat, anchor_set, branches=options.speculation.branches,
+                               job=job)
+                jobs = (schedule_job if job else schedule)(len(the_suite.prompts), names, repeat)
                 outcome = _run_with_progress(runner, jobs, err)
                 runner.check(outcome.records)
             finally:
@@ -162,7 +177,8 @@ def bench(
                 except UserError as exc:  # the measured report must survive a replay that cannot be made
                     _note(f"localspec: no replay: {exc}")
 
-        _print_report(report, replayed, as_json, err)
+        job_halves = halves(outcome.records, [p.id for p in the_suite.prompts]) if job else None
+        _print_report(report, replayed, as_json, err, job_halves)
         if out is not None:
             files, warning = output.write_outputs(report, out, replayed)
             if warning:
@@ -225,18 +241,29 @@ def _replay(records: list, runner: Bench, table: CostTable, names: list[str], op
     return rep.build_report(priced, drafters=drafters, replayed_on=f"{table.device} ({table.source})", **common)
 
 
-def _print_report(report: Report, replayed: Report | None, as_json: bool, err: Console) -> None:
+def _print_report(report: Report, replayed: Report | None, as_json: bool, err: Console,
+                  job_halves: dict[str, dict[str, float]] | None = None) -> None:
     from localspec.bench import formats
     from localspec.bench.report import NOISE
 
     if as_json:
-        sys.stdout.write(json.dumps(formats.to_document(report, replayed), ensure_ascii=False) + "\n")
+        doc = formats.to_document(report, replayed)
+        if job_halves is not None:
+            doc["job_halves"] = job_halves
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         console = err  # the table is still useful to a person; stdout stays pure JSON
     else:
         # when stdout is a file or a pipe rich assumes 80 columns; the table needs more to stay one line per row
         console = Console() if sys.stdout.isatty() else Console(width=140)
     console.print(formats.render_table(report))
+    if job_halves is not None:
+        console.print("As one job (tokens over seconds, every repeat): first half · second half of the prompts",
+                      highlight=False, markup=False)
+        for drafter, row in job_halves.items():
+            cells = [f"{row.get(h, 0.0):.1f} tok/s" + (f" ({row[h + '_speedup']:.2f}x)" if h + "_speedup" in row
+                                                         else "") for h in ("first", "second")]
+            console.print(f"  {drafter:<12} {cells[0]:>22} · {cells[1]:>22}", highlight=False, markup=False)
     for line in formats.divergence_lines(report):
         console.print(f"  {line}", highlight=False, markup=False)
     if replayed is not None:

@@ -15,7 +15,9 @@ from localspec.errors import UserError
 from localspec.settings import (
     BRANCHES_DEFAULT,
     DRAFTERS,
+    HISTORY_ENV,
     GenerationSettings,
+    HistorySettings,
     RuntimeSettings,
     SamplingSettings,
     Settings,
@@ -67,6 +69,10 @@ OPTIONS: tuple[Opt, ...] = (
         "of the model).", "Speculation", "speculation.exit_layer"),
     Opt("p_min", ("--p-min",), float, 0.0, "Stop a model draft early when the draft's top probability falls below "
         "this.", "Speculation", "speculation.p_min", _GENERATE),
+    Opt("keep_history", ("--keep-history/--no-keep-history",), bool | None, None, "Keep the requests' tokens on "
+        "disk (the cache folder, per model; `localspec cache` shows and clears it) so later runs draft from them, or "
+        f"only in memory while this command runs. Default: kept for run, chat and batch, in memory for serve; "
+        f"{HISTORY_ENV}=disk|memory|off sets the default.", "Speculation", "history.mode", _GENERATE),
     Opt("max_tokens", ("--max-tokens", "-n"), int, 256, "Most tokens to generate.", "Sampling",
         "generation.max_tokens", _GENERATE),
     Opt("max_tokens_cap", ("--max-tokens-cap",), int | None, None, "Most tokens one request may ask for (its "
@@ -102,7 +108,7 @@ OPTIONS: tuple[Opt, ...] = (
 )
 DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
 _PARTS = {"runtime": RuntimeSettings, "speculation": SpeculationSettings, "sampling": SamplingSettings,
-          "generation": GenerationSettings}
+          "generation": GenerationSettings, "history": HistorySettings}
 
 
 def _floats(value: str | None) -> tuple[float, ...]:
@@ -112,12 +118,13 @@ def _floats(value: str | None) -> tuple[float, ...]:
         raise UserError(f"--tensor-split takes numbers separated by commas, e.g. 3,1; got {value!r}") from None
 
 
-# options given as one string (or repeated) that settings hold as tuples
-_LISTS: dict[str, Callable[[Any], tuple[Any, ...]]] = {
+# options given as one string (or repeated) that settings hold as tuples, and flags that settings hold as words
+_LISTS: dict[str, Callable[[Any], Any]] = {
     "stop": lambda value: tuple(value or ()),
     # `--rpc ""` stays a value, so that the settings refuse it instead of quietly running here
     "rpc": lambda value: tuple(p.strip() for p in value.split(",")) if value is not None else (),
     "tensor_split": _floats,
+    "keep_history": lambda value: None if value is None else ("disk" if value else "memory"),
 }
 
 

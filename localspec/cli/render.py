@@ -20,6 +20,8 @@ def stats_lines(stats: Stats, drafter: str, *, device: str = "") -> list[str]:
             f" accepted {stats.accepted} ({stats.acceptance_rate:.1%}),"
             f" {stats.mean_accepted_length:.2f} tokens/pass"
             + (f" ({stats.tree_passes} tree passes, {stats.branches} branches)" if stats.tree_passes else "")
+            + (f" · from earlier requests: drafted {stats.cache_drafted}, accepted {stats.cache_accepted}"
+               if stats.cache_drafted else "")
             + f" · time draft {stats.draft_seconds:.2f} s / verify {stats.verify_seconds:.2f} s"
         )
         if stats.accepted_by_position:

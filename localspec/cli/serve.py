@@ -135,7 +135,8 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | N
     worker = Worker("localspec-serve")
     try:
         # opened on the worker: llama.cpp's context is decoded from the thread that made it
-        rt = worker.call(lambda: BatchRuntime.open(options, lanes, say=_say))
+        # a server holds other people's text: kept in memory only, unless the operator asks (--keep-history)
+        rt = worker.call(lambda: BatchRuntime.open(options, lanes, say=_say, history_default="memory"))
     except BaseException:
         worker.shutdown()
         sock.close()

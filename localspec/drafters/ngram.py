@@ -9,6 +9,9 @@ occurrences (a few); it grows by max_n dictionary writes per accepted token, so 
   recent occurrence of a short suffix is often somewhere else (its own output), while the passage goes on.
 - **kinds**: the draft says what it is based on ("ngram/follow", "ngram/3", ...) so the draft-length policy learns
   separately how far each kind of match deserves to be trusted.
+- **history**: given earlier requests' text (a ``HistoryView``: localspec/history), the same lookup searches it too;
+  the longest match leads wherever it is, a tie goes to the source whose continuation followed more often, and its
+  drafts are of their own kinds ("cache/3", "cache/follow") so the policy learns what they are worth apart.
 - **candidates**: asked for a width above 1, it adds other continuations (earlier occurrences of the longest
   match, most recent first, then of shorter ones), which the loop can verify together as a token tree.
 """
@@ -16,8 +19,14 @@ occurrences (a few); it grows by max_n dictionary writes per accepted token, so 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from localspec.drafters.base import Draft
+
+if TYPE_CHECKING:
+    from localspec.history import HistoryView
+
+CACHE = "cache"  # the kinds of drafts copied from earlier requests: "cache/<n>", "cache/follow"
 
 _RECENT = 4  # occurrences kept per n-gram: the sources of a tree's other candidates
 
@@ -26,9 +35,14 @@ class NgramDrafter:
     name = "ngram"
     lookup = True
 
-    def __init__(self, max_n: int = 8, min_n: int = 1) -> None:
+    def __init__(self, max_n: int = 8, min_n: int = 1, history: HistoryView | None = None) -> None:
         self.max_n = max_n
         self.min_n = min_n
+        self.history = history
+        # where the last draft from the history was copied from, and where to keep copying from after it was
+        # accepted whole (positions in its scope's shelf, valid while the shelf's epoch holds)
+        self._cache_source: tuple[int, int] | None = None
+        self._cache_follow: tuple[int, int] | None = None
         self._tokens: list[int] = []
         # n -> n-gram -> the positions that followed its most recent occurrences, oldest first
         self._index: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n + 1)]
@@ -40,6 +54,7 @@ class NgramDrafter:
             self._tokens = []
             self._index = [{} for _ in range(self.max_n + 1)]
         self._follow = None
+        self._cache_follow = self._cache_source = None
         self._sources = []
         self._extend(history)
 
@@ -84,11 +99,16 @@ class NgramDrafter:
         self._extend(history)
         tokens = self._tokens
         self._sources = []
+        self._cache_source = None
         if cap <= 0:
             return Draft(drafter=self.name)
         sources: list[tuple[int, str]] = []
         if self._follow is not None and self._follow < len(tokens):
             sources.append((self._follow, f"{self.name}/follow"))
+        elif self.history is not None:
+            cached = self._from_history(cap)
+            if cached is not None:
+                return cached
         if not sources or width > 1:
             sources += [(start, f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}")
                         for start, n in self._matches(1 if width == 1 else 2 * width)]
@@ -108,13 +128,46 @@ class NgramDrafter:
             return Draft(drafter=self.name)
         return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]))
 
+    def _from_history(self, cap: int) -> Draft | None:
+        """A draft from earlier requests where they match longer than the sequence's own text (or as long, with a
+        continuation that followed more often), or where the last one was accepted whole; else None."""
+        view = self.history
+        assert view is not None
+        epoch = view.epoch
+        if self._cache_follow is not None and self._cache_follow[1] == epoch:
+            draft = view.continuation(self._cache_follow[0], cap, epoch)
+            if draft:
+                self._cache_source = (self._cache_follow[0], epoch)
+                return Draft(draft, None, self.name, f"{CACHE}/follow")
+        tokens = self._tokens
+        match = view.lookup(tokens, cap)
+        if match is None:
+            return None
+        own, starts = 0, []
+        for n in range(min(self.max_n, len(tokens)), self.min_n - 1, -1):
+            found = self._index[n].get(tuple(tokens[-n:]))
+            if found is not None:
+                own, starts = n, found
+                break
+        n = min(match.n, self.max_n)  # the own index sees no further than max_n: compare like with like
+        if n < own or (n == own and match.count <= _own_support(tokens, starts)):
+            return None
+        self._cache_source = (match.source, epoch)
+        bucket = "8+" if match.n >= 8 else "4+" if match.n >= 4 else str(match.n)
+        return Draft(match.tokens[:cap], None, self.name, f"{CACHE}/{bucket}")
+
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         self._extend(history)
-        self._follow = None
+        self._follow = self._cache_follow = None
         # the step's tokens (accepted draft, then the target's own) all continue a source: keep following it.
         # Compare them all: under `auto` the accepted tokens may have come from another drafter, and with a tree
         # from any of the ``verified`` candidates (not from one the policy trimmed off: unverified, it says little)
         n = n_accepted + 1
+        if self._cache_source is not None and self.history is not None:
+            at, epoch = self._cache_source
+            if self.history.continuation(at, n, epoch) == self._tokens[-n:]:
+                self._cache_follow = (at + n, epoch)
+            return
         for source in self._sources[:verified]:
             nxt = source + n
             if nxt < len(self._tokens) and self._tokens[source:nxt] == self._tokens[-n:]:
@@ -123,3 +176,9 @@ class NgramDrafter:
 
     def close(self) -> None:
         self._tokens = []
+
+
+def _own_support(tokens: list[int], starts: list[int]) -> int:
+    """How many of the sequence's recent occurrences of its matched suffix went on as the most recent one did."""
+    nxt = [tokens[s] for s in starts if s < len(tokens)]
+    return nxt.count(nxt[-1]) if nxt else 0

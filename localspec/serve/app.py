@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 from localspec.batch.run import make_job
 from localspec.errors import UserError
 from localspec.events import Finished, Prefill, Step
+from localspec.history import scope_of_key
 from localspec.openai_body import Body, BodyError, Kind, loads
 from localspec.serve.protocol import ApiError, parse
 from localspec.serve.responses import Answer, timings
@@ -53,15 +54,18 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
     rt = service.rt
     model_name = names[0]
 
-    def authorize(request: Request) -> None:
+    def authorize(request: Request) -> str:
+        """The caller's scope (localspec/history): drafts and cached prefixes never cross from one API key's
+        requests to another's. One key today; a second key would be a second scope, nothing else to change."""
         if limits.api_key is None:
-            return
+            return scope_of_key(None)
         # "Bearer KEY", the scheme in any case (RFC 7235: auth schemes are case-insensitive)
         scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
         right = hmac.compare_digest(given.strip().encode(), limits.api_key.encode())
         if scheme.lower() != "bearer" or not right:
             raise ApiError(401, "a valid API key is needed: send the header 'Authorization: Bearer KEY'",
                            type="authentication_error", code="invalid_api_key")
+        return scope_of_key(limits.api_key)
 
     async def read_json(request: Request) -> object:
         length = request.headers.get("content-length")
@@ -107,11 +111,13 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                            headers={"Retry-After": str(max(1, round(limits.queue_timeout / 4)))})
 
     async def generate(request: Request, kind: Kind) -> Response:
-        authorize(request)
+        scope = authorize(request)
         body = parse(kind, await read_json(request))
         check_model(body.model)
         answer = Answer(chat=kind == "chat", model=model_name)
-        ticket = service.submit(job_of(body, answer))
+        job = job_of(body, answer)
+        job.scope = scope
+        ticket = service.submit(job)
         try:
             await queued(request, ticket)
         except BaseException:

@@ -81,6 +81,9 @@ def timings(stats: Stats, reused: int, drafters: Counter[str]) -> dict[str, Any]
         "predicted_per_second": round(stats.tokens_per_second, 2),
         "draft_n": stats.drafted,
         "draft_n_accepted": stats.accepted,
+        # of those, drafted from this scope's earlier requests (localspec/history)
+        "draft_n_cache": stats.cache_drafted,
+        "draft_n_cache_accepted": stats.cache_accepted,
         "drafter": drafters.most_common(1)[0][0] if drafters else "none",
         "target_passes": stats.target_passes,
         "tokens_per_pass": round(stats.mean_accepted_length, 3),

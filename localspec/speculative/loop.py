@@ -106,6 +106,8 @@ class Generator:
         self.policy = policy or DraftPolicy()
         self.clock = clock
         self.notices: list[str] = []
+        # called with a finished generation's tokens (prompt and output): the runtime keeps them for later drafts
+        self.on_end: Callable[[list[int]], None] | None = None
 
     def step(self, history: list[int], room: int) -> StepResult:
         """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed.
@@ -270,6 +272,8 @@ class Generator:
         reason = run.reason or "length"
         run.stats.stop_reason = reason
         run.stats.decode_seconds = self.clock() - run.started
+        if self.on_end is not None and run.stats.generated_tokens:
+            self.on_end(run.history)
         return Finished(reason, run.stats, "" if reason == "stop" else run.text.flush())
 
     def _prefill(self, history: list[int], stats: Stats) -> Prefill:
@@ -311,7 +315,7 @@ class Generator:
         step = Step(
             accepted, self._drafted(result.tree, tail), target, result.draft.drafter or "none", len(result.tree),
             result.draft_seconds, result.verify_seconds, tuple(self._drafted(result.tree, run) for run in others),
-            result.tree.branches,
+            result.tree.branches, result.draft.kind,
         )
         return step, ended
 

@@ -30,6 +30,7 @@ from localspec.speculative.shapes import STEADY, Depths, Shapes, Warmup, choose,
 from localspec.speculative.survival import DECAY, Survival, Watched
 from localspec.speculative.tree import trie_sizes
 
+CACHE_KINDS = "cache/"  # drafts from earlier requests (drafters/ngram.py): their trust carries across a job
 _PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried again
 _PROBE_EVERY_MAX = 256
 _PROBE_K = 3
@@ -48,7 +49,7 @@ class DraftPolicy:
 
     def __init__(
         self, k_max: int = 16, fixed: int | None = None, branches: int = 1, costs: PassCosts | None = None,
-        shapes: Shapes | None = None,
+        shapes: Shapes | None = None, shared: dict[str, Survival] | None = None,
     ) -> None:
         self.k_max = k_max
         self.fixed = fixed
@@ -69,6 +70,9 @@ class DraftPolicy:
         self.others: tuple[int, float] = (0, 0.0)
         self.expected = 1.0  # tokens the last chosen draft is expected to emit (its accepted prefix + the target's)
         self._drafter_calibration: dict[str, float] = {}
+        # what drafts from earlier requests ("cache/…" kinds) are worth: learned across a job (a batch's sequences,
+        # a server's requests, a chat's turns) rather than afresh per request, so ``reset`` keeps it
+        self.shared = shared if shared is not None else {}
         self.reset()
 
     def reset(self) -> None:
@@ -255,9 +259,10 @@ class DraftPolicy:
         return best
 
     def _survival_of(self, kind: str) -> Survival:
-        survival = self._survival.get(kind)
+        learned = self.shared if kind.startswith(CACHE_KINDS) else self._survival
+        survival = learned.get(kind)
         if survival is None:
-            survival = self._survival[kind] = Survival()
+            survival = learned[kind] = Survival()
         return survival
 
     @property

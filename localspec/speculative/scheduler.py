@@ -68,6 +68,10 @@ class Job:
     key: object = None
     speculation: SpeculationSettings | None = None
     stop: Callable[[], bool] | None = None
+    # whose text it is (localspec/history): drafts come from earlier requests of the same scope only, and a prompt's
+    # cached prefix is reused only from a lane that last ran the same scope (else one client could time another's
+    # prompt by how fast its own prefill runs)
+    scope: str = "local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,7 @@ class Scheduler:
         self.shapes = shapes if shapes is not None else Shapes()
         self.warmup = Warmup()
         self._size = 0  # the rows of the last pass, padding included
+        self._scopes: list[str | None] = [None] * len(lanes)  # the scope of each lane's last job (Job.scope)
 
     def run(
         self, jobs: Iterable[Job | None], cancelled: Callable[[], bool] = lambda: False,
@@ -194,7 +199,13 @@ class Scheduler:
         """The free lane that already holds the longest start of ``job``'s prompt (a conversation's last turn, kept
         in the cache after it finished), else the first free one."""
         free = [i for i, f in enumerate(flights) if f is None]
-        return max(free, key=lambda i: (common_prefix(self.lanes[i].tokens, job.prompt[:-1]), -i))
+        return max(free, key=lambda i: (self._reusable(i, job, job.prompt[:-1]), -i))
+
+    def _reusable(self, lane: int, job: Job, tokens: Sequence[int]) -> int:
+        """How much of ``tokens`` ``job`` may take from what ``lane`` holds: nothing across scopes."""
+        if self._scopes[lane] not in (None, job.scope):
+            return 0
+        return common_prefix(self.lanes[lane].tokens, tokens)
 
     def _problem(self, job: Job) -> str | None:
         n, room = len(job.prompt), self.lanes.n_ctx
@@ -205,6 +216,9 @@ class Scheduler:
         return None
 
     def _start(self, job: Job, lane: int) -> _Flight:
+        # what the lane still holds from its last job is reused where the prompts agree (and the scope is the same)
+        kept = self._reusable(lane, job, job.prompt[:-1])
+        self._scopes[lane] = job.scope
         self.lanes.begin(lane, job)
         target = self.lanes[lane]
         generator = self.make_generator(target, job)
@@ -212,8 +226,6 @@ class Scheduler:
         run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
                   TextStream(generator.vocab, job.settings.stop))
         run.started = self.clock()
-        # what the lane still holds from its last job is reused where the prompts agree
-        kept = common_prefix(target.tokens, job.prompt[:-1])
         target.truncate(kept)
         return _Flight(job, lane, generator, run, reused=kept)
 
@@ -325,7 +337,8 @@ class Scheduler:
             target = f.cached_target
             have = len(self.lanes[f.lane].tokens)
             # an earlier prompt still computing a prefix this one shares: wait for it, then copy it
-            if any(common_prefix(g.cached_target, target) > max(have, len(self.lanes[g.lane].tokens))
+            if any(g.job.scope == f.job.scope
+                   and common_prefix(g.cached_target, target) > max(have, len(self.lanes[g.lane].tokens))
                    for g in waiting[:n]):
                 continue
             take = min(budget, len(target) - have)
@@ -342,7 +355,7 @@ class Scheduler:
         best, source = len(lane.tokens), -1
         for other in range(self.parallel):
             if other != f.lane:
-                n = common_prefix(self.lanes[other].tokens, target)
+                n = self._reusable(other, f.job, target)
                 if n > best:
                     best, source = n, other
         if source >= 0:

@@ -1,0 +1,216 @@
+"""A history on disk: one uncompressed .npz per model (its arrays as they are, so loading is a read, not a rebuild),
+mode 600 (token ids decode to the text they came from), replaced atomically under a lock.
+
+Two processes at once: each loads at start and keeps what it adds (``History.added``); saving takes the lock, and if
+the file changed since this process read it, reads it again and adds its own sequences on top, so neither loses the
+other's. A file that cannot be read (damaged, another model's, a newer format) is set aside beside it with one
+notice, never a crash: the history starts empty and the run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from localspec.history.store import NS, Shelf
+from localspec.paths import cache_dir
+
+if TYPE_CHECKING:
+    from localspec.history.history import History
+
+FORMAT = 1
+
+
+def history_dir() -> Path:
+    return cache_dir() / "history"
+
+
+def history_path(model_hash: str) -> Path:
+    """Where a model's history is kept: keyed like the calibration, by the model file's sha256."""
+    return history_dir() / f"{model_hash[:16]}.npz"
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock beside ``path`` (where the platform has flock; elsewhere the atomic replace alone)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the folder too: its names say which models ran
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except ImportError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+class Unreadable(Exception):
+    """The file is not a history this localspec can use (the message says why)."""
+
+
+def read(path: Path, model: str) -> tuple[dict[str, Shelf], int]:
+    """(shelves, next serial) from ``path``; Unreadable if it is damaged, another model's or a newer format."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+            if not isinstance(meta, dict) or not isinstance(meta.get("format"), int):
+                raise Unreadable("no format")
+            if meta["format"] > FORMAT:
+                raise Unreadable(f"written by a newer localspec (format {meta['format']})")
+            if meta.get("model") != model:
+                raise Unreadable("it belongs to another model")
+            if list(meta.get("ns", [])) != list(NS):
+                raise Unreadable("indexed another way")
+            shelves = {}
+            for i, scope in enumerate(meta["scopes"]):
+                shelf = Shelf(tokens=data[f"s{i}.tokens"], starts=data[f"s{i}.starts"], serials=data[f"s{i}.serials"],
+                              keys={n: data[f"s{i}.k{n}"] for n in NS}, positions={n: data[f"s{i}.p{n}"] for n in NS})
+                _check(shelf)
+                shelves[str(scope)] = shelf
+            return shelves, int(meta["serial"])
+    except Unreadable:
+        raise
+    except Exception as e:  # anything a damaged zip or array can raise (BadZipFile, ValueError, ...): never a crash
+        raise Unreadable(f"damaged ({type(e).__name__})") from None
+
+
+def _check(shelf: Shelf) -> None:
+    """Cheap proofs that the arrays fit together (a few ms at a million tokens): a lookup can then never index out
+    of them. (A wrong draft would only cost a pass: verification keeps the output the model's.)"""
+    t = shelf.tokens
+    ok = (t.dtype == np.int32 and t.ndim == 1 and shelf.starts.dtype == np.int64
+          and shelf.serials.dtype == np.int64 and len(shelf.starts) == len(shelf.serials)
+          and (not len(shelf.starts) or (shelf.starts[0] == 0 and shelf.starts[-1] < len(t))))
+    for n in NS:
+        k, p = shelf.keys[n], shelf.positions[n]
+        ok = ok and k.dtype == np.uint64 and p.dtype == np.int32 and k.shape == p.shape and k.ndim == 1
+        ok = ok and (not len(p) or (int(p.min()) >= n and int(p.max()) < len(t) and bool(np.all(k[1:] >= k[:-1]))))
+    if not ok:
+        raise Unreadable("damaged (arrays disagree)")
+
+
+def set_aside(path: Path, why: str) -> str:
+    """Move the unreadable file out of the way (kept, for whoever wants to look); the notice to show."""
+    aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return f"the history at {path} cannot be read ({why}) nor moved: starting afresh, in memory"
+    return f"the history at {path} cannot be read ({why}): set aside as {aside.name}, starting afresh"
+
+
+def load(history: History) -> None:
+    path = history.path
+    assert path is not None
+    stamp = _stamp(path)
+    if stamp is None:
+        return
+    try:
+        history.shelves, history.serial = read(path, history.model)
+    except Unreadable as e:
+        history.notices.append(set_aside(path, str(e)))
+        history.shelves, history.serial = {}, 0
+        return
+    history.bound()
+    history.stamp = stamp
+
+
+def save(history: History) -> bool:
+    """Write ``history`` (merged under the lock with anything another process saved since we read)."""
+    path = history.path
+    assert path is not None
+    try:
+        with _locked(path):
+            stamp = _stamp(path)
+            if stamp is not None and stamp != history.stamp:
+                try:
+                    shelves, serial = read(path, history.model)
+                except Unreadable as e:
+                    history.notices.append(set_aside(path, str(e)))
+                    shelves, serial = {}, 0
+                # theirs, then ours on top: the serials go on from theirs (ours are the newest)
+                history.shelves, history.serial = shelves, serial
+                for scope, tokens, _ in history.added:
+                    history.shelf(scope).add(tokens, history.serial)
+                    history.serial += 1
+                history.bound()
+            write(path, history)
+            history.stamp = _stamp(path)
+            history.added.clear()
+        return True
+    except OSError as e:
+        history.notices.append(f"the history could not be saved to {path}: {e}")
+        return False
+
+
+def write(path: Path, history: History) -> None:
+    scopes = list(history.shelves)
+    meta = {"format": FORMAT, "model": history.model, "scopes": scopes, "serial": history.serial, "ns": list(NS)}
+    arrays: dict[str, np.ndarray] = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
+    for i, scope in enumerate(scopes):
+        shelf = history.shelves[scope]
+        arrays[f"s{i}.tokens"], arrays[f"s{i}.starts"] = shelf.tokens, shelf.starts
+        arrays[f"s{i}.serials"] = shelf.serials
+        for n in NS:
+            arrays[f"s{i}.k{n}"], arrays[f"s{i}.p{n}"] = shelf.keys[n], shelf.positions[n]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mkstemp: mode 600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def describe() -> list[dict[str, object]]:
+    """What is kept, per model file: its size, requests and tokens per scope (for ``localspec cache``)."""
+    out: list[dict[str, object]] = []
+    folder = history_dir()
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.npz")):
+        entry: dict[str, object] = {"path": str(path), "bytes": path.stat().st_size}
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+                entry["model"] = meta.get("model", "")
+                entry["scopes"] = {str(scope): {"requests": int(len(data[f"s{i}.starts"])),
+                                                "tokens": int(len(data[f"s{i}.tokens"]) - len(data[f"s{i}.starts"]))}
+                                   for i, scope in enumerate(meta.get("scopes", []))}
+        except Exception as e:  # a damaged file is shown as such; the next run sets it aside
+            entry["error"] = f"unreadable ({type(e).__name__})"
+        out.append(entry)
+    return out
+
+
+def clear() -> list[Path]:
+    """Remove every kept history (and anything set aside); the files removed."""
+    folder = history_dir()
+    removed = []
+    if folder.is_dir():
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                path.unlink()
+                removed.append(path)
+    return removed

@@ -1,0 +1,217 @@
+"""Earlier requests' token sequences, searched by suffix: the store behind drafts from what was written before.
+
+One ``Shelf`` per scope (the user's own work, or one API key of a server), so one scope's text can never be drafted
+into another's. A shelf is flat numpy arrays, saved and loaded as they are:
+
+- ``tokens``: every kept sequence, one after the other, each followed by ``SEP`` (int32);
+- ``serials``/``starts``: when each sequence was added (a counter shared by all shelves: the oldest goes first) and
+  where it starts in ``tokens``;
+- for each n in ``NS``: the hashes of every n-gram that ends just before a position, sorted (uint64), and those
+  positions (int32), ordered by (hash, position). The positions of one n-gram form one slice of the sorted arrays:
+  its length is how often the n-gram occurred, its tail the most recent occurrences, and what followed each is the
+  token at its position. So counts come for free, and a sequence appended is a merge (``np.insert``), not a sort.
+
+A lookup hashes the history's suffix for each n (backwards from its last token, so every n is one more step of the
+same fold), finds the longest n that occurred (a binary search: if an n-gram occurred, its shorter suffixes did
+too), and proposes what most often followed its most recent occurrences, token by token (``_walk``). About 12 bytes
+a token per n: 8 n's and the tokens are ~100 bytes a token (today's in-request index: ~260, and no counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NS = (1, 2, 3, 4, 6, 8, 12, 16)  # the n-gram lengths indexed (a match is found at the longest of these)
+SEP = -1  # after every sequence: no n-gram spans it, no draft runs past it
+_P = 0x100000001B3  # the fold's multiplier (FNV's 64-bit prime)
+_MASK = (1 << 64) - 1
+_OFFSETS = np.arange(64, dtype=np.int32)
+_RECENT = 16  # occurrences of the matched n-gram whose continuations are weighed (the most recent)
+DEFAULT_MAX_TOKENS = 1_000_000  # the bound over all scopes; the oldest sequences go first
+
+
+def suffix_hashes(tail: Sequence[int], n_max: int) -> list[int]:
+    """h[n-1] = the hash of the last n tokens of ``tail`` (n = 1..min(n_max, len(tail))), as ``_hashes`` makes."""
+    out: list[int] = []
+    h = 0
+    for t in reversed(tail[-n_max:]):
+        h = (h * _P + t + 1) & _MASK  # +1: token 0 must change the hash
+        out.append(h)
+    return out
+
+
+def _hashes(tokens: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes, positions) of the n-grams of ``tokens`` (one or more sequences each followed by SEP) that span no SEP
+    and are followed by a token; a position is where the continuation is."""
+    total = len(tokens)
+    if total <= n:
+        return np.empty(0, np.uint64), np.empty(0, np.int32)
+    ends = np.arange(n, total)  # continuation positions j: the n-gram is tokens[j-n:j]
+    ok = tokens[ends] != SEP
+    h = np.zeros(len(ends), np.uint64)
+    p = np.uint64(_P)
+    with np.errstate(over="ignore"):
+        for back in range(1, n + 1):  # newest token first, as suffix_hashes folds
+            t = tokens[ends - back]
+            ok &= t != SEP
+            h = h * p + (t.astype(np.int64) + 1).astype(np.uint64)
+    order = np.argsort(h[ok], kind="stable")
+    return h[ok][order], ends[ok][order].astype(np.int32)
+
+
+@dataclass
+class Match:
+    """A proposal from the store: the n-gram length matched, how often its chosen continuation followed, the
+    tokens, and where they were copied from (to keep following that place)."""
+
+    n: int
+    count: int
+    tokens: list[int]
+    source: int
+
+
+@dataclass
+class Shelf:
+    """One scope's sequences and index."""
+
+    tokens: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    starts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    serials: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    keys: dict[int, np.ndarray] = field(default_factory=dict)
+    positions: dict[int, np.ndarray] = field(default_factory=dict)
+    epoch: int = 0  # bumped when positions shift (the oldest dropped): a place followed is no longer valid
+
+    def __post_init__(self) -> None:
+        for n in NS:
+            self.keys.setdefault(n, np.empty(0, np.uint64))
+            self.positions.setdefault(n, np.empty(0, np.int32))
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens) - len(self.starts)  # separators are not text
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.starts)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.tokens, self.starts, self.serials, *self.keys.values(),
+                                      *self.positions.values()))
+
+    def add(self, sequence: Sequence[int], serial: int) -> None:
+        self.extend([sequence], [serial])
+
+    def extend(self, sequences: Sequence[Sequence[int]], serials: Sequence[int]) -> None:
+        """Append sequences and merge their n-grams into the sorted index (new positions sort after old ones)."""
+        if not sequences:
+            return
+        base = len(self.tokens)
+        lengths = np.array([len(s) + 1 for s in sequences], np.int64)
+        new = np.full(int(lengths.sum()), SEP, np.int32)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        for at, seq in zip(starts.tolist(), sequences, strict=True):
+            new[at : at + len(seq)] = seq
+        self.tokens = np.concatenate([self.tokens, new])
+        self.starts = np.concatenate([self.starts, starts + base])
+        self.serials = np.concatenate([self.serials, np.asarray(serials, np.int64)])
+        for n in NS:
+            h, pos = _hashes(new, n)
+            if not len(h):
+                continue
+            at = np.searchsorted(self.keys[n], h, side="right")
+            self.keys[n] = np.insert(self.keys[n], at, h)
+            self.positions[n] = np.insert(self.positions[n], at, pos + base)
+
+    def drop_oldest(self, count: int) -> None:
+        """Drop the first ``count`` sequences (the oldest: a shelf only appends)."""
+        if count <= 0:
+            return
+        if count >= len(self.starts):
+            self.__init__(epoch=self.epoch + 1)  # type: ignore[misc]
+            return
+        cut = int(self.starts[count])
+        self.tokens = self.tokens[cut:].copy()
+        self.starts = self.starts[count:] - cut
+        self.serials = self.serials[count:].copy()
+        for n in NS:
+            keep = self.positions[n] >= cut
+            self.keys[n] = self.keys[n][keep]
+            self.positions[n] = self.positions[n][keep] - cut
+        self.epoch += 1
+
+    def lookup(self, tail: Sequence[int], cap: int) -> Match | None:
+        """The continuation of the longest indexed suffix of ``tail`` that occurred here; None if none did."""
+        if cap <= 0 or not len(self.tokens):
+            return None
+        hashes = suffix_hashes(tail, NS[-1])
+        ns = [n for n in NS if n <= len(hashes)]
+        # binary search for the longest n that occurred (occurrence is monotone in n)
+        lo, hi, found = 0, len(ns) - 1, -1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            n = ns[mid]
+            keys, h = self.keys[n], np.uint64(hashes[n - 1])
+            i = int(keys.searchsorted(h))
+            if i < len(keys) and keys[i] == h:
+                found, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        if found < 0:
+            return None
+        n = ns[found]
+        keys, h = self.keys[n], np.uint64(hashes[n - 1])
+        first, end = int(keys.searchsorted(h)), int(keys.searchsorted(h, side="right"))
+        starts = self.positions[n][max(first, end - _RECENT) : end]
+        cap = min(cap, 4 * n)  # longer drafts where the match is longer (SuffixDecoding's max_spec_factor)
+        rows = self.tokens.take(starts[:, None] + _OFFSETS[:cap], mode="clip").tolist()
+        return _walk(rows, starts.tolist(), n)
+
+    def continuation(self, at: int, cap: int, epoch: int) -> list[int]:
+        """The tokens from ``at`` up to the end of its sequence (at most ``cap``), if positions are still those of
+        ``epoch``."""
+        if epoch != self.epoch or at >= len(self.tokens):
+            return []
+        out = self.tokens[at : at + cap].tolist()
+        return out[: out.index(SEP)] if SEP in out else out
+
+
+def _walk(rows: list[list[int]], starts: list[int], n: int) -> Match | None:
+    """Token by token, what most of the rows still in agreement say next (ties: the most recent); the draft ends
+    where rows run out (a sequence's end). ``rows`` oldest first, as ``starts``. Identical rows (a template's) are
+    weighed once with their count, and once one row is left its tokens are taken whole."""
+    distinct: dict[tuple[int, ...], list[int]] = {}  # row -> [count, its most recent index]
+    for i, row in enumerate(rows):
+        seen = distinct.get(key := tuple(row))
+        if seen is None:
+            distinct[key] = [1, i]
+        else:
+            seen[0] += 1
+            seen[1] = i
+    alive = sorted(distinct.items(), key=lambda kv: -kv[1][1])  # newest first: a tie goes to the first counted
+    out: list[int] = []
+    count = 0
+    for depth in range(len(rows[0])):
+        if len(alive) == 1:
+            row = alive[0][0][depth:]
+            out += row[: row.index(SEP)] if SEP in row else row
+            if depth == 0:
+                count = alive[0][1][0]
+            break
+        counts: dict[int, int] = {}
+        for row, (c, _) in alive:
+            t = row[depth]
+            if t != SEP:
+                counts[t] = counts.get(t, 0) + c
+        if not counts:
+            break
+        best = max(counts, key=counts.__getitem__)
+        if depth == 0:
+            count = counts[best]
+        out.append(best)
+        alive = [a for a in alive if a[0][depth] == best]
+    if not out or not alive:
+        return None
+    return Match(n, count, out, starts[alive[0][1][1]])

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Same-run A/B of drafts from earlier requests against the n-gram drafter of another commit (issue 34's goals).
+
+    git archive 1a3f1f9 localspec | tar -x -C /tmp/at      # the baseline's package
+    PYTHONPATH=. python scripts/history_ab.py --baseline /tmp/at --suite template-emails --suite tool-calls
+
+Each suite runs in order as one job (one process per job, the model loaded once): one at a time with Runtime, or
+with --batch as one batch on BatchRuntime (as `localspec batch` runs a file), drafter ngram, greedy. The two codes
+alternate ABBA per round on the same machine, so drift hits both alike. The history is in memory only
+(LOCALSPEC_HISTORY=memory): nothing on disk is read or written. Reported: tok/s of the job's first and second halves
+(generated tokens over decode seconds; a batch's halves by the order its requests finished, over the job's wall
+time) and the ratio new / baseline. Self-contained: only localspec's public runtime classes and the suites.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+class _Prompt:
+    def __init__(self, prompt: str, max_tokens: int) -> None:
+        self.prompt, self.max_tokens = prompt, max_tokens
+
+
+def one(suite: str, batch: bool, max_tokens: int | None) -> dict[str, list[float]]:
+    """Run ``suite`` as one job with the localspec on sys.path; tokens and seconds per half."""
+    from localspec.settings import GenerationSettings, RuntimeSettings, Settings, SpeculationSettings
+
+    # read here, not by the package: the baseline's does not know these suites
+    file = Path(suite) if Path(suite).exists() else HERE / "localspec" / "bench_suites" / f"{suite}.jsonl"
+    prompts = [_Prompt(d["prompt"], max_tokens or d.get("max_tokens", 128))
+               for d in map(json.loads, file.read_text(encoding="utf-8").splitlines()) if d]
+    settings = Settings(None, RuntimeSettings(n_ctx=2048), SpeculationSettings(drafter="ngram"))
+    cut = len(prompts) // 2
+    out = {"first": [0.0, 0.0], "second": [0.0, 0.0]}
+    if batch:
+        from localspec.batch.request import Request
+        from localspec.batch.run import run_requests
+        from localspec.runtime import BatchRuntime
+
+        with BatchRuntime.open(settings, None, jobs=len(prompts)) as rt:
+            requests = [Request(str(i), prompt=p.prompt, max_tokens=p.max_tokens) for i, p in enumerate(prompts)]
+            t0 = time.perf_counter()
+            ends = []
+            for result in run_requests(rt, requests):
+                ends.append((time.perf_counter() - t0, len(result.tokens)))
+        # the halves by the order requests finished: the first ``cut`` of them, over the time until the last did
+        out["first"] = [sum(n for _, n in ends[:cut]), ends[cut - 1][0]]
+        out["second"] = [sum(n for _, n in ends[cut:]), ends[-1][0] - ends[cut - 1][0]]
+        return out
+    from localspec.events import Finished
+    from localspec.runtime import Runtime
+
+    with Runtime.open(settings) as rt:
+        for i, p in enumerate(prompts):
+            for event in rt.generate(rt.prompt_tokens(p.prompt), GenerationSettings(max_tokens=p.max_tokens)):
+                if isinstance(event, Finished):
+                    half = out["first" if i < cut else "second"]
+                    half[0] += event.stats.generated_tokens
+                    half[1] += event.stats.decode_seconds
+    return out
+
+
+def child(code: Path, suite: str, batch: bool, max_tokens: int | None) -> dict[str, list[float]]:
+    # the code's package first; the rest of the path stays (a GPU machine's llama-cpp-python and wheels live there)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != HERE]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), *rest]), "LOCALSPEC_HISTORY": "memory"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", "--suite", suite]
+    cmd += ["--batch"] * batch + (["--max-tokens", str(max_tokens)] if max_tokens else [])
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, help="the baseline's folder holding its localspec package")
+    parser.add_argument("--suite", action="append", default=[])
+    parser.add_argument("--batch", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.suite[0], args.batch, args.max_tokens)))
+        return
+    codes = {"baseline": args.baseline, "new": HERE}
+    summed = {name: [0.0, 0.0] for name in codes}
+    for suite in args.suite:
+        got: dict[str, dict[str, list[float]]] = {name: {"first": [0.0, 0.0], "second": [0.0, 0.0]} for name in codes}
+        for r in range(args.rounds):
+            order = ["baseline", "new", "new", "baseline"]
+            for name in order if r % 2 == 0 else order[::-1]:
+                res = child(codes[name], suite, args.batch, args.max_tokens)
+                for half in ("first", "second"):
+                    got[name][half][0] += res[half][0]
+                    got[name][half][1] += res[half][1]
+        rate = {name: {h: t / s if s else 0.0 for h, (t, s) in got[name].items()} for name in codes}
+        for name in codes:
+            summed[name][0] += got[name]["second"][0]
+            summed[name][1] += got[name]["second"][1]
+        print(f"{suite}{' (batch)' if args.batch else ''}: first half {rate['baseline']['first']:.1f} -> "
+              f"{rate['new']['first']:.1f} tok/s ({rate['new']['first'] / rate['baseline']['first']:.2f}x); second "
+              f"half {rate['baseline']['second']:.1f} -> {rate['new']['second']:.1f} tok/s "
+              f"({rate['new']['second'] / rate['baseline']['second']:.2f}x)", flush=True)
+    base, new = (summed[n][0] / summed[n][1] for n in ("baseline", "new"))
+    print(f"second halves summed: {base:.1f} -> {new:.1f} tok/s ({new / base:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
