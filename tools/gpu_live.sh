@@ -29,7 +29,7 @@
 #      bench with fixed k (adaptive, k=3, k=7); the suite as one batch of 8 and of 16; the load test against
 #      llama-server at its best (tools/serve_load.py: its fastest greedy configuration); llama-bench at depth 0 and
 #      at the built-in suite's typical prompt (64 tokens), for target-only against llama.cpp like with like; the
-#      drafts from earlier requests where this checkout has them (bench --job over a templated suite).
+#      drafts from earlier requests against AT=DIR's n-gram (tools/history_ab.py); one batch of 16 last.
 #
 #     bash tools/gpu_live.sh [steps: t 1 2 3 4 5 6 7 8 9]
 set -u
@@ -52,28 +52,31 @@ if has t; then
     echo "rc=$? after $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
   }
   start=$SECONDS
-  timed noise 60 $py -m localspec calibrate --noise --shapes
-  timed import-order 60 env PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
+  # first what only a GPU can answer about the lossless check, then section 5's table, most wanted first
+  timed noise 45 $py -m localspec calibrate --noise --shapes
+  timed import-order 40 env PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
     $py -m pytest -q -p no:cacheprovider tests/test_import_order.py
-  timed bench-k 130 $py -m localspec bench --drafters none,ngram,ngram:k3,ngram:k7 --repeat 2 --out "$OUT/bench-k"
-  timed par-8 70 $py -m localspec bench --parallel 8 --drafters none,ngram,ngram:k3 --repeat 2
-  timed par-16 70 $py -m localspec bench --parallel 16 --drafters none,ngram,ngram:k3 --repeat 2
+  timed bench-k 120 $py -m localspec bench --drafters none,ngram,ngram:k3,ngram:k7 --repeat 2 --out "$OUT/bench-k"
+  timed par-8 60 $py -m localspec bench --parallel 8 --drafters none,ngram,ngram:k3 --repeat 2
   if [ -n "${B:-}" ] && [ -x "$B/llama-server" ]; then
     # serve_load starts llama-server without -ngl: a wrapper offloads every layer
     printf '#!/bin/sh\nexec "%s" -ngl 99 "$@"\n' "$B/llama-server" > "$OUT/llama-server-gpu"
     chmod +x "$OUT/llama-server-gpu"
-    timed serve 130 $py tools/serve_load.py --servers localspec,llama-server,llama-server-ngram --clients 8,32 \
+    timed serve 110 $py tools/serve_load.py --servers localspec,llama-server,llama-server-ngram --clients 8,32 \
       --requests 2 --llama-server "$OUT/llama-server-gpu"
   fi
   if [ -n "${B:-}" ] && [ -n "${MODEL:-}" ]; then
-    timed llama-bench 60 "$B/llama-bench" -m "$MODEL" -ngl 99 -p 0 -n 128 -d 0,64 -r 3
+    timed llama-bench 40 "$B/llama-bench" -m "$MODEL" -ngl 99 -p 0 -n 128 -d 0,64 -r 3
   fi
-  if $py -m localspec bench --help 2>/dev/null | grep -q -- "--job"; then
-    timed bench-job 90 $py -m localspec bench --job --suite localspec/bench_suites/templated.jsonl \
-      --drafters none,ngram --repeat 1
+  # drafts from earlier requests against the n-gram of AT=DIR (another commit's localspec/, as in step 8), one at a
+  # time and as one batch
+  if [ -n "${AT:-}" ] && [ -f "$AT/localspec/__init__.py" ] && [ -f tools/history_ab.py ]; then
+    timed history-one 90 $py tools/history_ab.py --baseline "$AT" --suite template-emails --suite tool-calls
+    timed history-batch 60 $py tools/history_ab.py --baseline "$AT" --batch --suite template-emails --suite tool-calls
   fi
-  for f in bench-k par-8 par-16 serve llama-bench noise; do
-    [ -f "$OUT/$f.txt" ] && { echo "--- $f"; tail -n 40 "$OUT/$f.txt"; }
+  timed par-16 60 $py -m localspec bench --parallel 16 --drafters none,ngram,ngram:k3 --repeat 2
+  for f in noise import-order bench-k par-8 serve llama-bench history-one history-batch par-16; do
+    [ -f "$OUT/$f.txt" ] && { echo "--- $f"; tail -n 30 "$OUT/$f.txt"; }
   done
 fi
 

@@ -2,7 +2,7 @@
 """Same-run A/B of drafts from earlier requests against the n-gram drafter of another commit (issue 34's goals).
 
     git archive 1a3f1f9 localspec | tar -x -C /tmp/at      # the baseline's package
-    PYTHONPATH=. python scripts/history_ab.py --baseline /tmp/at --suite template-emails --suite tool-calls
+    PYTHONPATH=. python tools/history_ab.py --baseline /tmp/at --suite template-emails --suite tool-calls
 
 Each suite runs in order as one job (one process per job, the model loaded once): one at a time with Runtime, or
 with --batch as one batch on BatchRuntime (as `localspec batch` runs a file), drafter ngram, greedy. The two codes

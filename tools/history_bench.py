@@ -2,7 +2,7 @@
 """The history store's speed and size at a million cached tokens (issue 34's goals: a lookup <= 50 us a step,
 median; <= 200 MB of its own; loaded in <= 0.5 s). A benchmark, not a test: run it on a quiet machine.
 
-    PYTHONPATH=. python scripts/history_bench.py [--tokens 1000000]
+    PYTHONPATH=. python tools/history_bench.py [--tokens 1000000]
 
 It fills a history with templated sequences (a fixed skeleton with varying items, like a scripted job's), saves it
 to a temporary folder (never the user's cache), loads it back, and times lookups at the suffixes of fresh sequences
