@@ -36,6 +36,9 @@ TOP = 5
 PROMPT = "Write a short recipe for tomato soup, with a list of ingredients and numbered steps.\n"
 GENERATED = 64
 EVERY = 4  # re-score every 4th generated position (a prefill each): 15 samples, seconds on a CPU
+# the largest swing over one text's samples understates the largest over a suite's: on an AMD EPYC (2026-11-26) one
+# text gave 0.71 where a suite-wide measurement had found 1.1 (NOTES.md); the margin allows half again
+HEADROOM = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +53,12 @@ class Noise:
     @property
     def margin(self) -> float:
         """The near-tie margin on this device: a gap on the check's path within it can be a flip between paths."""
-        return max(self.pair_swing.values())
+        return HEADROOM * max(self.pair_swing.values())
 
     def describe(self) -> str:
         by = ", ".join(f"{n} row{'s' if n > 1 else ''} {self.pair_swing[n]:.2f}" for n in sorted(self.pair_swing))
-        return f"near-tie margin {self.margin:.2f} (largest top-5 pair swing against the check's prefill: {by}; " \
-               f"{self.positions} positions)"
+        return f"near-tie margin {self.margin:.2f} ({HEADROOM} x the largest top-5 pair swing against the check's " \
+               f"prefill: {by}; {self.positions} positions)"
 
     def to_json(self) -> str:
         return json.dumps({"pair_swing": self.pair_swing, "logit_swing": self.logit_swing,
