@@ -202,10 +202,10 @@ class Runtime(Prompts):
     def noise(self, cancelled: Callable[[], bool] | None = None) -> Noise:
         """How far this device's logits move with a pass's size: the near-tie margin of the lossless check
         (measured once per model and device, then cached)."""
-        from localspec.speculative.noise import PROMPT, load_or_measure_noise
+        from localspec.speculative.noise import PROMPTS, load_or_measure_noise
 
         return load_or_measure_noise(self.context, known_sha256(self.model.path), self.device,
-                                     self.prompt_tokens(PROMPT), say=self.say, cancelled=cancelled)
+                                     [self.prompt_tokens(p) for p in PROMPTS], say=self.say, cancelled=cancelled)
 
     @property
     def n_ctx(self) -> int:

@@ -245,7 +245,7 @@ def test_a_devices_margin_classifies_and_the_worst_gap_is_named(capsys: pytest.C
     from localspec.cli.bench import _print_report
 
     records = _records()
-    annotate(records, _gap, margin=0.2)  # p1's 0.3 is beyond a margin of 0.2
+    annotate(records, _gap, {"prefill": 0.2})  # p1's 0.3 is beyond a margin of 0.2
     by = {(r.prompt_id, r.drafter, r.repeat): r for r in records}
     near = by[("p1", "ngram", 0)].divergence
     assert near is not None and near.near_tie is False and near.margin == 0.2
@@ -261,8 +261,8 @@ def test_a_devices_margin_classifies_and_the_worst_gap_is_named(capsys: pytest.C
 
 def test_a_gap_remeasured_on_target_onlys_path_says_so() -> None:
     records = _records()
-    annotate(records, lambda b, r, d: (0.4, "decode"))
+    annotate(records, lambda b, r, d: (0.4, "decode"), {"prefill": 0.1, "decode": 0.5})
     div = records[1].divergence
-    assert div is not None and div.near_tie is True and div.path == "decode"
+    assert div is not None and div.near_tie is True and div.path == "decode" and div.margin == 0.5
     assert "measured as target-only decoded it" in div.describe()
     assert formats.to_json(_report(records))["results"][1]["divergences"][0]["gap_measured_on"] == "decode"

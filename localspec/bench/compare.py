@@ -10,7 +10,7 @@ outside that margin is what a real bug in the speculation loop would look like, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -69,8 +69,10 @@ def baselines(records: Sequence[RunRecord]) -> dict[str, RunRecord]:
     return out
 
 
-def annotate(records: Sequence[RunRecord], gap: GapFn | None = None, margin: float = NEAR_TIE_MARGIN) -> None:
-    """Set ``compared`` and ``divergence`` on every run that has a baseline, classifying token divergences.
+def annotate(records: Sequence[RunRecord], gap: GapFn | None = None,
+             margins: Mapping[str, float] | None = None) -> None:
+    """Set ``compared`` and ``divergence`` on every run that has a baseline, classifying token divergences by the
+    near-tie margin of the path each gap was measured on (``margins``; NEAR_TIE_MARGIN where none is given).
 
     Later target-only repeats are compared too: a difference there means decoding itself is not deterministic.
     """
@@ -92,5 +94,5 @@ def annotate(records: Sequence[RunRecord], gap: GapFn | None = None, margin: flo
         if div is not None and div.unit == "token" and gap is not None:
             measured = gap(b, r, div)
             value, path = measured if isinstance(measured, tuple) else (measured, "prefill")
-            div = classify(div, value, margin, path)
+            div = classify(div, value, (margins or {}).get(path, NEAR_TIE_MARGIN), path)
         r.divergence = div

@@ -145,7 +145,9 @@ class Bench:
         self.repeat = repeat
         self.anchors = anchors
         self._tokens: dict[str, list[int]] = {}
-        self.margin = NEAR_TIE_MARGIN  # the device's own once ``check`` has measured (or read) it
+        # the near-tie margin of a gap measured on each path: the device's own once ``check`` has measured (or read)
+        # them
+        self.margins = {"prefill": NEAR_TIE_MARGIN, "decode": NEAR_TIE_MARGIN}
 
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
         if prompt.id not in self._tokens:
@@ -195,8 +197,8 @@ class Bench:
     def check(self, records: list[RunRecord]) -> None:
         """Compare every run with its baseline, measuring logit gaps at divergences with the target model."""
         try:
-            self.margin = self.rt.noise().margin
-            annotate(records, self._gap, self.margin)
+            self.margins = self.rt.noise().margins()
+            annotate(records, self._gap, self.margins)
         except KeyboardInterrupt:
             annotate(records)  # a second Ctrl-C: report divergences unclassified rather than not at all
 
@@ -256,7 +258,7 @@ class Bench:
             return None
         context = [*prompt, *baseline.tokens[: div.position]]
         gap = logit_gap(self.rt.score(context), a, b)
-        if gap <= self.margin:
+        if gap <= self.margins["prefill"]:
             return gap
         # beyond the margin on the prefill's kernels: measure again on target-only's own path (1 row a pass after
         # the prompt) before calling it a bug; rare, so the slower path costs little

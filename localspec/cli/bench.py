@@ -168,7 +168,7 @@ def bench(
                                        rt.device.description)
             common = dict(model=rt.model_name, machine=machine, suite=the_suite.name, command=command, repeat=repeat,
                           categories=the_suite.categories, interrupted=outcome.interrupted,
-                          planned_runs=outcome.planned, margin=runner.margin)
+                          planned_runs=outcome.planned, margin=runner.margins["prefill"])
             report = rep.build_report(outcome.records, drafters=names, **common)
             replayed = None
             if table is not None:

@@ -29,8 +29,8 @@ def calibrate(
         "CUDA graphs make the first cheaper; a CPU shows no difference), and say which sizes localspec keeps.",
     )] = False,
     noise: Annotated[bool, typer.Option(
-        "--noise", help="Also measure how far this device's logits move between a pass of 1, 8 and 16 rows and the "
-        "prefill the bench's lossless check scores with: the near-tie margin `bench` classifies divergences by.",
+        "--noise", help="Also measure how far this device's logits move between passes of 1, 4, 8 and 16 rows and "
+        "the prefill the bench's lossless check scores with: the near-tie margins `bench` classifies divergences by.",
     )] = False,
     *,
     options: Settings,
@@ -85,14 +85,15 @@ def calibrate(
 
 def _print_noise(rt: Runtime, model_hash: str, cancelled: Callable[[], bool]) -> None:
     """This device's logit noise by pass size, measured again and cached (what `bench` classifies with)."""
-    from localspec.speculative.noise import PROMPT, load_or_measure_noise
+    from localspec.speculative.noise import PROMPTS, load_or_measure_noise
 
-    found = load_or_measure_noise(rt.context, model_hash, rt.device, rt.prompt_tokens(PROMPT), again=True,
-                                  cancelled=cancelled)
-    print("logits by the size of the pass that computed them, against the lossless check's prefill:")
-    print(f"  {'rows':>6}  {'top-5 pair swing':>16}  {'top-5 logit swing':>17}")
-    for n in sorted(found.pair_swing):
-        print(f"  {n:>6}  {found.pair_swing[n]:>16.3f}  {found.logit_swing[n]:>17.3f}")
+    found = load_or_measure_noise(rt.context, model_hash, rt.device, [rt.prompt_tokens(p) for p in PROMPTS],
+                                  again=True, cancelled=cancelled)
+    print("the largest change of a top-5 pair's logit difference, by the rows of the pass that computed it:")
+    print(f"  {'rows':>6}  {'against the prefill':>19}  {'against 1 row':>13}")
+    for n in sorted(found.against_prefill):
+        one = found.against_one_row.get(n)
+        print(f"  {n:>6}  {found.against_prefill[n]:>19.3f}  {'–' if one is None else f'{one:.3f}':>13}")
     print(f"localspec: {found.describe()}", file=sys.stderr)
 
 
