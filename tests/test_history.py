@@ -239,3 +239,14 @@ def test_a_resumed_batch_reads_back_the_answers_it_already_wrote(tmp_path: Path)
     out.write_text("\n".join([json.dumps({"id": "a", "text": "{\"name\": \"Ann\"}"}), json.dumps(chat),
                               "{torn"]) + "\n", encoding="utf-8")
     assert done_texts(out) == {"a": "{\"name\": \"Ann\"}", "c": "hello"}
+
+
+def test_a_proposal_from_one_source_carries_the_other_as_its_fallback() -> None:
+    history = History("m")
+    history.feed([9, 8, 7, 6, 5, 4, 3, 2, 1, 0])
+    drafter = NgramDrafter(history=history.view())
+    text = [6, 5, 40, 7, 6, 5]  # own: "6 5" went on with 40; earlier requests: "7 6 5" (longer) went on with 4
+    drafter.begin(text)
+    draft = drafter.propose(text, 4)
+    assert draft.kind == "cache/3" and draft.tokens == [4, 3, 2, 1]
+    assert draft.fallback is not None and draft.fallback.kind == "ngram/2" and draft.fallback.tokens[:1] == [40]
