@@ -228,3 +228,25 @@ def test_a_conversation_that_comes_back_adds_only_its_new_part() -> None:
     history.feed([*turn, *range(500, 540)])  # the next turn: the whole conversation again, and more
     assert history.n_tokens == len(turn) + 16 + 40  # the old part once, 16 tokens of it kept at the seam
     assert history.view().lookup([158, 159, 500], 4) is not None  # an n-gram across the seam
+
+
+def test_a_resumed_batch_reads_back_the_answers_it_already_wrote(tmp_path: Path) -> None:
+    from localspec.batch.files import done_texts
+
+    out = tmp_path / "out.jsonl"
+    chat = {"custom_id": "c", "response": {"status_code": 200, "body": {"choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hello"}}]}}}
+    out.write_text("\n".join([json.dumps({"id": "a", "text": "{\"name\": \"Ann\"}"}), json.dumps(chat),
+                              "{torn"]) + "\n", encoding="utf-8")
+    assert done_texts(out) == {"a": "{\"name\": \"Ann\"}", "c": "hello"}
+
+
+def test_a_proposal_from_one_source_carries_the_other_as_its_fallback() -> None:
+    history = History("m")
+    history.feed([9, 8, 7, 6, 5, 4, 3, 2, 1, 0])
+    drafter = NgramDrafter(history=history.view())
+    text = [6, 5, 40, 7, 6, 5]  # own: "6 5" went on with 40; earlier requests: "7 6 5" (longer) went on with 4
+    drafter.begin(text)
+    draft = drafter.propose(text, 4)
+    assert draft.kind == "cache/3" and draft.tokens == [4, 3, 2, 1]
+    assert draft.fallback is not None and draft.fallback.kind == "ngram/2" and draft.fallback.tokens[:1] == [40]

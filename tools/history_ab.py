@@ -106,7 +106,10 @@ def main() -> None:
         for name in codes:
             summed[name][0] += got[name]["second"][0]
             summed[name][1] += got[name]["second"][1]
-        print(f"{suite}{' (batch)' if args.batch else ''}: first half {rate['baseline']['first']:.1f} -> "
+        whole = {name: sum(got[name][h][0] for h in got[name]) / sum(got[name][h][1] for h in got[name])
+                 for name in codes}
+        print(f"{suite}{' (batch)' if args.batch else ''}: whole job {whole['baseline']:.1f} -> {whole['new']:.1f} "
+              f"tok/s ({whole['new'] / whole['baseline']:.2f}x); first half {rate['baseline']['first']:.1f} -> "
               f"{rate['new']['first']:.1f} tok/s ({rate['new']['first'] / rate['baseline']['first']:.2f}x); second "
               f"half {rate['baseline']['second']:.1f} -> {rate['new']['second']:.1f} tok/s "
               f"({rate['new']['second'] / rate['baseline']['second']:.2f}x)", flush=True)

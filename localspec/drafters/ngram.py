@@ -19,6 +19,7 @@ occurrences (a few); it grows by max_n dictionary writes per accepted token, so 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from localspec.drafters.base import Draft
@@ -103,12 +104,14 @@ class NgramDrafter:
         if cap <= 0:
             return Draft(drafter=self.name)
         sources: list[tuple[int, str]] = []
+        cached: Draft | None = None
         if self._follow is not None and self._follow < len(tokens):
             sources.append((self._follow, f"{self.name}/follow"))
         elif self.history is not None:
-            cached = self._from_history(cap)
-            if cached is not None:
-                return cached
+            cached, leads = self._from_history(cap)
+            if cached is not None and leads:
+                own = self._own(cap, width, sources)
+                return replace(cached, fallback=own if own.tokens else None)
         if not sources or width > 1:
             sources += [(start, f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}")
                         for start, n in self._matches(1 if width == 1 else 2 * width)]
@@ -125,12 +128,22 @@ class NgramDrafter:
             if len(candidates) == width:
                 break
         if not candidates:
-            return Draft(drafter=self.name)
-        return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]))
+            return cached or Draft(drafter=self.name)
+        return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]), fallback=cached)
 
-    def _from_history(self, cap: int) -> Draft | None:
-        """A draft from earlier requests where they match longer than the sequence's own text (or as long, with a
-        continuation that followed more often), or where the last one was accepted whole; else None."""
+    def _own(self, cap: int, width: int, sources: list[tuple[int, str]]) -> Draft:
+        """The sequence's own proposal (what ``propose`` makes without the history)."""
+        history, self.history = self.history, None
+        cache_source = self._cache_source
+        try:
+            return self.propose(self._tokens, cap, width)
+        finally:
+            self.history, self._cache_source = history, cache_source
+
+    def _from_history(self, cap: int) -> tuple[Draft | None, bool]:
+        """A draft from earlier requests (None: nothing matched), and whether it leads: where it matches longer than
+        the sequence's own text (or as long, with a continuation that followed more often), or where the last one
+        was accepted whole."""
         view = self.history
         assert view is not None
         epoch = view.epoch
@@ -138,11 +151,11 @@ class NgramDrafter:
             draft = view.continuation(self._cache_follow[0], cap, epoch)
             if draft:
                 self._cache_source = (self._cache_follow[0], epoch)
-                return Draft(draft, None, self.name, f"{CACHE}/follow")
+                return Draft(draft, None, self.name, f"{CACHE}/follow"), True
         tokens = self._tokens
         match = view.lookup(tokens, cap)
         if match is None:
-            return None
+            return None, False
         own, starts = 0, []
         for n in range(min(self.max_n, len(tokens)), self.min_n - 1, -1):
             found = self._index[n].get(tuple(tokens[-n:]))
@@ -150,11 +163,10 @@ class NgramDrafter:
                 own, starts = n, found
                 break
         n = min(match.n, self.max_n)  # the own index sees no further than max_n: compare like with like
-        if n < own or (n == own and match.count <= _own_support(tokens, starts)):
-            return None
+        leads = n > own or (n == own and match.count > _own_support(tokens, starts))
         self._cache_source = (match.source, epoch)
         bucket = "8+" if match.n >= 8 else "4+" if match.n >= 4 else str(match.n)
-        return Draft(match.tokens[:cap], None, self.name, f"{CACHE}/{bucket}")
+        return Draft(match.tokens[:cap], None, self.name, f"{CACHE}/{bucket}"), leads
 
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         self._extend(history)
@@ -167,7 +179,7 @@ class NgramDrafter:
             at, epoch = self._cache_source
             if self.history.continuation(at, n, epoch) == self._tokens[-n:]:
                 self._cache_follow = (at + n, epoch)
-            return
+                return
         for source in self._sources[:verified]:
             nxt = source + n
             if nxt < len(self._tokens) and self._tokens[source:nxt] == self._tokens[-n:]:

@@ -29,7 +29,7 @@ SEP = -1  # after every sequence: no n-gram spans it, no draft runs past it
 _P = 0x100000001B3  # the fold's multiplier (FNV's 64-bit prime)
 _MASK = (1 << 64) - 1
 _OFFSETS = np.arange(64, dtype=np.int32)
-_RECENT = 16  # occurrences of the matched n-gram whose continuations are weighed (the most recent)
+_RECENT = 8  # occurrences of the matched n-gram whose continuations are weighed (the most recent)
 DEFAULT_MAX_TOKENS = 1_000_000  # the bound over all scopes; the oldest sequences go first
 
 

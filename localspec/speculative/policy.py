@@ -143,6 +143,11 @@ class DraftPolicy:
             self._trimmed = draft.trimmed(*self._shape(draft, candidates))
         return self._trimmed
 
+    def retries(self) -> bool:
+        """Whether a second proposal may be trimmed in the same step: not where each trim counts a step of the
+        kept pass sizes (a device with pass shapes, one sequence)."""
+        return self.depths is None or self.in_batch
+
     def pad(self, draft: Draft, history: Sequence[int], room: int, depth: int | None = None) -> Draft:
         """On a device with pass shapes, a chain (or no draft) filled up to the kept size, or to ``depth`` (a
         batch's scheduler says), at most ``room`` tokens: a lookup's with the rest of its proposal, then filler; a
