@@ -118,13 +118,13 @@ def test_an_unusable_file_is_set_aside_with_one_notice(tmp_path: Path, damage: s
     elif damage in ("foreign", "newer"):
         other = History("other-model" if damage == "foreign" else "m")
         other.feed(item(1))
-        write(path, other)
+        write(path, other.model, other.shelves, other.serial)
         if damage == "newer":
             _rewrite_meta(path, format=FORMAT + 1)
     else:
         shelf = history.shelves["local"]
         shelf.positions[4] = shelf.positions[4] + 10_000  # past the tokens
-        write(path, history)
+        write(path, history.model, history.shelves, history.serial)
     again = History.open("m", path)
     assert len(again.notices) == 1 and "set aside" in again.notices[0], again.notices
     assert again.n_requests == 0 and not path.exists()

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.history.disk import save
 from localspec.history.history import History
 
 
@@ -53,7 +52,7 @@ def main() -> None:
         history.serial = len(seqs)  # timed below)
         history.added = [("local", [], 0)]  # something to save
         fed = time.perf_counter() - t0
-        save(history)
+        history.save()
         size = path.stat().st_size
         t0 = time.perf_counter()
         loaded = History.open("bench", path, max_tokens=args.tokens + 1000)

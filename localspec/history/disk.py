@@ -1,10 +1,11 @@
 """A history on disk: one uncompressed .npz per model (its arrays as they are, so loading is a read, not a rebuild),
 mode 600 (token ids decode to the text they came from), replaced atomically under a lock.
 
-Two processes at once: each loads at start and keeps what it adds (``History.added``); saving takes the lock, and if
-the file changed since this process read it, reads it again and adds its own sequences on top, so neither loses the
-other's. A file that cannot be read (damaged, another model's, a newer format) is set aside beside it with one
-notice, never a crash: the history starts empty and the run goes on.
+Two processes at once: each loads at start and keeps what it adds (``History.added``); saving takes the lock
+(``locked``), and if the file changed since this process read it (``stamp``), reads it again and adds its own
+sequences on top (history.py), so neither loses the other's. A file that cannot be read (damaged, another model's, a
+newer format) is set aside beside it with one notice, never a crash: the history starts empty and the run goes on.
+This module knows files and arrays, not the History that uses them.
 """
 
 from __future__ import annotations
@@ -16,15 +17,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from localspec.history.store import NS, Shelf
 from localspec.paths import cache_dir
-
-if TYPE_CHECKING:
-    from localspec.history.history import History
 
 FORMAT = 1
 
@@ -38,7 +35,7 @@ def history_path(model_hash: str) -> Path:
     return history_dir() / f"{model_hash[:16]}.npz"
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
+def stamp(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
     except OSError:
@@ -47,7 +44,7 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     """An exclusive lock beside ``path`` (where the platform has flock; elsewhere the atomic replace alone)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the folder too: its names say which models ran
     fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -118,56 +115,13 @@ def set_aside(path: Path, why: str) -> str:
     return f"the history at {path} cannot be read ({why}): set aside as {aside.name}, starting afresh"
 
 
-def load(history: History) -> None:
-    path = history.path
-    assert path is not None
-    stamp = _stamp(path)
-    if stamp is None:
-        return
-    try:
-        history.shelves, history.serial = read(path, history.model)
-    except Unreadable as e:
-        history.notices.append(set_aside(path, str(e)))
-        history.shelves, history.serial = {}, 0
-        return
-    history.bound()
-    history.stamp = stamp
-
-
-def save(history: History) -> bool:
-    """Write ``history`` (merged under the lock with anything another process saved since we read)."""
-    path = history.path
-    assert path is not None
-    try:
-        with _locked(path):
-            stamp = _stamp(path)
-            if stamp is not None and stamp != history.stamp:
-                try:
-                    shelves, serial = read(path, history.model)
-                except Unreadable as e:
-                    history.notices.append(set_aside(path, str(e)))
-                    shelves, serial = {}, 0
-                # theirs, then ours on top: the serials go on from theirs (ours are the newest)
-                history.shelves, history.serial = shelves, serial
-                for scope, tokens, _ in history.added:
-                    history.shelf(scope).add(tokens, history.serial)
-                    history.serial += 1
-                history.bound()
-            write(path, history)
-            history.stamp = _stamp(path)
-            history.added.clear()
-        return True
-    except OSError as e:
-        history.notices.append(f"the history could not be saved to {path}: {e}")
-        return False
-
-
-def write(path: Path, history: History) -> None:
-    scopes = list(history.shelves)
-    meta = {"format": FORMAT, "model": history.model, "scopes": scopes, "serial": history.serial, "ns": list(NS)}
+def write(path: Path, model: str, shelves: dict[str, Shelf], serial: int) -> None:
+    """``shelves`` as the file at ``path``: written beside it, then renamed over it (a reader sees old or new)."""
+    scopes = list(shelves)
+    meta = {"format": FORMAT, "model": model, "scopes": scopes, "serial": serial, "ns": list(NS)}
     arrays: dict[str, np.ndarray] = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
     for i, scope in enumerate(scopes):
-        shelf = history.shelves[scope]
+        shelf = shelves[scope]
         arrays[f"s{i}.tokens"], arrays[f"s{i}.starts"] = shelf.tokens, shelf.starts
         arrays[f"s{i}.serials"] = shelf.serials
         for n in NS:

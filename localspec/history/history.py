@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localspec.history import disk
 from localspec.history.store import DEFAULT_MAX_TOKENS, Match, Shelf
 
 LOCAL_SCOPE = "local"
@@ -52,11 +53,19 @@ class History:
     def open(cls, model: str, path: Path | None, max_tokens: int = DEFAULT_MAX_TOKENS) -> History:
         """The history kept at ``path`` (empty if there is none, or if it was set aside: see ``notices``)."""
         history = cls(model, path, max_tokens)
-        if path is not None:
-            from localspec.history.disk import load
-
-            load(history)
+        if path is not None and disk.stamp(path) is not None:
+            history.shelves, history.serial = history._read(path)
+            history.bound()
+            history.stamp = disk.stamp(path)
         return history
+
+    def _read(self, path: Path) -> tuple[dict[str, Shelf], int]:
+        """The file's shelves and next serial; nothing (and the file set aside, with a notice) if unusable."""
+        try:
+            return disk.read(path, self.model)
+        except disk.Unreadable as e:
+            self.notices.append(disk.set_aside(path, str(e)))
+            return {}, 0
 
     def view(self, scope: str = LOCAL_SCOPE) -> HistoryView:
         return HistoryView(self, scope)
@@ -131,12 +140,27 @@ class History:
 
     def save(self) -> bool:
         """Write what this process added (merged with what another wrote meanwhile); False if it could not."""
-        if self.path is None or not self.added:
+        path = self.path
+        if path is None or not self.added:
             return False
-        from localspec.history.disk import save
-
         with self._lock:
-            return save(self)
+            try:
+                with disk.locked(path):
+                    stamp = disk.stamp(path)
+                    if stamp is not None and stamp != self.stamp:
+                        # theirs, then ours on top: the serials go on from theirs (ours are the newest)
+                        self.shelves, self.serial = self._read(path)
+                        for scope, tokens, _ in self.added:
+                            self.shelf(scope).add(tokens, self.serial)
+                            self.serial += 1
+                        self.bound()
+                    disk.write(path, self.model, self.shelves, self.serial)
+                    self.stamp = disk.stamp(path)
+                    self.added.clear()
+                return True
+            except OSError as e:
+                self.notices.append(f"the history could not be saved to {path}: {e}")
+                return False
 
     def clear(self) -> None:
         with self._lock:
