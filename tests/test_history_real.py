@@ -18,10 +18,11 @@ from localspec.batch.run import run_requests
 from localspec.bench.compare import NEAR_TIE_MARGIN
 from localspec.cli import app
 from localspec.engine.chat import Message
-from localspec.events import Finished, Step
+from localspec.events import Finished
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import GenerationSettings, HistorySettings, RuntimeSettings, Settings, SpeculationSettings
 from localspec.speculative.scheduler import Job, Scheduler
+from tests.generation import generated
 from tests.near_ties import top2_gap
 
 N = 32
@@ -50,14 +51,7 @@ def expected(plain: Runtime) -> dict[int, list[int]]:
 
 
 def _tokens(rt: Runtime, prompt: list[int]) -> tuple[list[int], Finished]:
-    out, finished = [], None
-    for event in rt.generate(prompt, GenerationSettings(max_tokens=N)):
-        if isinstance(event, Step):
-            out += [t.id for t in event.emitted]
-        elif isinstance(event, Finished):
-            finished = event
-    assert finished is not None
-    return out, finished
+    return generated(rt, prompt, N)
 
 
 def assert_lossless(rt: Runtime, prompt: list[int], got: list[int], want: list[int], what: str) -> None:

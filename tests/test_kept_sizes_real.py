@@ -10,9 +10,10 @@ import pytest
 
 from localspec.batch.request import Request
 from localspec.batch.run import run_requests
-from localspec.events import Finished, Step
+from localspec.events import Finished
 from localspec.runtime import BatchRuntime, Runtime
-from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from localspec.settings import HistorySettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from tests.generation import generated
 from tests.kept_sizes import forced_kept_sizes
 from tests.near_ties import batch_noise, top2_gap
 
@@ -26,8 +27,9 @@ PINNED = [3, 7, 15, None]  # None: adaptive
 
 
 def settings(model_path: Path, drafter: str = "none", k: int | None = None) -> Settings:
+    # no history: the drafts checked are the sequence's own lookup's, not copies of the target-only runs before
     return Settings(str(model_path), RuntimeSettings(n_ctx=1024), SpeculationSettings(drafter=drafter, k=k),
-                    SamplingSettings())
+                    SamplingSettings(), history=HistorySettings("off"))
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +54,7 @@ def generate(rt: Runtime, prompt: str, drafter: str, k: int | None) -> tuple[lis
 
 
 def run(rt: Runtime, prompt: str) -> tuple[list[int], Finished]:
-    tokens: list[int] = []
-    finished = None
-    for e in rt.generate(rt.prompt_tokens(prompt), GenerationSettings(max_tokens=N)):
-        if isinstance(e, Step):
-            tokens += [t.id for t in e.emitted]
-        elif isinstance(e, Finished):
-            finished = e
-    assert finished is not None
-    return tokens, finished
+    return generated(rt, rt.prompt_tokens(prompt), N)
 
 
 @pytest.fixture(scope="module")

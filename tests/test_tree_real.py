@@ -23,7 +23,14 @@ from localspec.drafters.base import Draft, Drafter
 from localspec.engine import Context, Model
 from localspec.events import Finished, Step
 from localspec.runtime import Runtime
-from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from localspec.settings import (
+    GenerationSettings,
+    HistorySettings,
+    RuntimeSettings,
+    SamplingSettings,
+    Settings,
+    SpeculationSettings,
+)
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.tree import TokenTree
 from tests.near_ties import batch_noise, top2_gap
@@ -326,7 +333,10 @@ def generate_plain(rt: Runtime, tokens: list[int], n: int) -> list[int]:
 @pytest.mark.parametrize("sampler", [True, False], ids=["backend-sampler", "logits"])
 def test_generating_with_trees_is_lossless_and_each_token_is_its_passes_argmax(model_path: Path, sampler: bool) -> None:
     spec = SpeculationSettings(drafter="ngram", k=3, branches=N_SEQ)  # a fixed k: no cost calibration at open
-    with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=1024), spec, GREEDY)) as rt:
+    # no history: the target-only text each prompt first generates would be drafted whole from it, every pass on
+    # the first branch, and the trees this test walks would never leave it
+    settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024), spec, GREEDY, history=HistorySettings("off"))
+    with Runtime.open(settings) as rt:
         # both ways a device may read passes back (choose_reads picks one by timing)
         rt.context.use_backend_sampler(sampler)
         assert rt.context.n_seq == N_SEQ and rt.context.backend_sampling == sampler

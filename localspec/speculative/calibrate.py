@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from localspec.engine import Context, Device, library_version
 from localspec.models.files import atomic_write_text
@@ -116,6 +117,26 @@ def cache_path(model_hash: str, device: Device, n_max: int, what: str) -> Path:
     name = (f"{model_hash[:16]}-{slug}-t{device.threads}-g{device.gpu_layers}-n{n_max}-{library_version()}-{_METHOD}"
             f"-{what}.json")
     return cache_dir() / "calibration" / name
+
+
+class _Cacheable(Protocol):
+    def to_json(self) -> str: ...
+
+
+C = TypeVar("C", bound=_Cacheable)
+
+
+def cached(path: Path, read: Callable[[Path], C | None], measure: Callable[[], C], what: str, *, again: bool = False,
+           say: Callable[[str], None] | None = None) -> C:
+    """The figures cached at ``path`` (``read``: None where there are none or they cannot be used), or measured now,
+    saying ``what`` is measured, and cached (a cache that cannot be written costs only the next run's measurement)."""
+    found = None if again else read(path)
+    if found is None:
+        (say or to_stderr)(what)
+        found = measure()
+        with contextlib.suppress(OSError):
+            atomic_write_text(path, found.to_json())
+    return found
 
 
 @dataclass

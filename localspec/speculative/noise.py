@@ -15,7 +15,6 @@ kernels); on an AMD EPYC, 0.7. Cached beside the device's calibration.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -26,9 +25,7 @@ import numpy as np
 
 from localspec.engine import Context
 from localspec.engine.device import Device
-from localspec.models.files import atomic_write_text
-from localspec.models.files import say as to_stderr
-from localspec.speculative.calibrate import cache_path
+from localspec.speculative.calibrate import cache_path, cached
 
 # the margin measured on a CPU (Gemma 3 270M Q4_K_M, 2 threads; NOTES.md "Numerics"): what a check uses where this
 # device's own was not measured
@@ -155,15 +152,10 @@ def load_or_measure_noise(ctx: Context, model_hash: str, device: Device, prompts
                           every: int = EVERY) -> Noise:
     """This device's noise, cached per model and device like its pass costs, or measured now (a few seconds on a
     CPU, well under one on a GPU)."""
-    path = cache_path(model_hash, device, max(ROWS), "noise")
-    noise = None if again else _read(path)
-    if noise is None:
-        (say or to_stderr)("measuring how far this device's logits move with a pass's size (the near-tie margin), "
-                           "once")
-        noise = measure_noise(ctx, prompts, generated, every, cancelled=cancelled)
-        with contextlib.suppress(OSError):
-            atomic_write_text(path, noise.to_json())
-    return noise
+    return cached(cache_path(model_hash, device, max(ROWS), "noise"), _read,
+                  lambda: measure_noise(ctx, prompts, generated, every, cancelled=cancelled),
+                  "measuring how far this device's logits move with a pass's size (the near-tie margins), once",
+                  again=again, say=say)
 
 
 def _read(path: os.PathLike[str]) -> Noise | None:

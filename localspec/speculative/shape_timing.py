@@ -9,16 +9,13 @@ measured there only when asked (``localspec calibrate --shapes``), to show it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from localspec.engine import Context, Device
-from localspec.models.files import atomic_write_text
-from localspec.models.files import say as to_stderr
-from localspec.speculative.calibrate import cache_path, timed_pass, timing_history
+from localspec.speculative.calibrate import cache_path, cached, timed_pass, timing_history
 from localspec.speculative.costs import low_quantile
 from localspec.speculative.shapes import Shapes
 
@@ -78,14 +75,10 @@ def load_or_measure_timing(
     """``load_or_measure_shapes``'s timing: None where no CUDA graphs run (nothing is timed there)."""
     if not device.graphs or not ctx.model.can_rollback:
         return None
-    path = cache_path(model_hash, device, len(SIZES), "shapes")
-    timing = None if again else _read(path)
-    if timing is None:
-        (say or to_stderr)("timing passes of a steady size and after a change of size (CUDA graphs), once")
-        timing = measure_shapes(ctx, cancelled=cancelled)
-        with contextlib.suppress(OSError):
-            atomic_write_text(path, timing.to_json())
-    return timing
+    return cached(cache_path(model_hash, device, len(SIZES), "shapes"), _read,
+                  lambda: measure_shapes(ctx, cancelled=cancelled),
+                  "timing passes of a steady size and after a change of size (CUDA graphs), once", again=again,
+                  say=say)
 
 
 def _read(path: os.PathLike[str]) -> ShapeTiming | None:
