@@ -77,6 +77,14 @@ def test_a_missing_llama_server_or_an_unknown_server_is_a_note_not_a_crash(tmp_p
         sl.command("vllm", 8002, _args(), "m.gguf")
 
 
+def test_a_templated_job_and_localspec_without_its_history():
+    emails = sl.prompts("template-emails")
+    assert len(emails) >= 16 and emails != sl.prompts()
+    ours = sl.command("localspec", 8001, _args(), "m.gguf")
+    off = sl.command("localspec-no-history", 8001, _args(), "m.gguf")
+    assert off == ["env", "LOCALSPEC_HISTORY=off", *ours]
+
+
 def test_client_counts():
     assert sl.client_counts("1,8,32") == [1, 8, 32]
     for bad in ("", "0", "8,-1"):

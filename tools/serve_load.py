@@ -83,14 +83,21 @@ class Report:
         return self.tokens / self.wall if self.wall else 0.0
 
 
-def prompts() -> list[str]:
-    path = SUITE if SUITE.exists() else ROOT / "localspec" / "bench_suites" / "default.jsonl"
+def prompts(suite: str | None = None) -> list[str]:
+    """The measured prompts: ``suite`` (a shipped suite's name, e.g. template-emails, or a JSONL file), else the
+    public suite beside the checkout, else the built-in one."""
+    shipped = ROOT / "localspec" / "bench_suites"
+    if suite:
+        path = Path(suite) if Path(suite).is_file() else shipped / f"{suite}.jsonl"
+    else:
+        path = SUITE if SUITE.exists() else shipped / "default.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return [r["prompt"] for r in rows]
 
 
 SERVERS = {
     "localspec": "localspec serve (drafter auto)",
+    "localspec-no-history": "localspec serve drafting from no earlier request (LOCALSPEC_HISTORY=off)",
     "llama-server": "llama.cpp's llama-server in its fastest greedy configuration (greedy sampling in its graph)",
     "llama-server-ngram": "llama-server with its n-gram speculation (--ngram-args), same configuration",
     "llama-server-defaults": "llama-server with its default sampler chain",
@@ -112,7 +119,8 @@ def api_client(base_url: str, key: str) -> AsyncOpenAI:
 
 
 async def client(api: AsyncOpenAI, index: int, turns: int, first: str, conversation: int, max_tokens: int,
-                 model: str) -> list[Outcome]:
+                 model: str, then: list[str] | None = None) -> list[Outcome]:
+    """A conversation of ``turns`` turns, or with ``then`` one new single-message request a turn (a job's items)."""
     messages = [{"role": "user", "content": first}]
     out: list[Outcome] = []
     for turn in range(turns):
@@ -146,7 +154,10 @@ async def client(api: AsyncOpenAI, index: int, turns: int, first: str, conversat
         out.append(o)
         if o.error:
             break
-        messages += [{"role": "assistant", "content": o.text}, {"role": "user", "content": FOLLOW_UPS[turn % 4]}]
+        if then is not None:
+            messages = [{"role": "user", "content": then[(turn + 1) % len(then)]}]
+        else:
+            messages += [{"role": "assistant", "content": o.text}, {"role": "user", "content": FOLLOW_UPS[turn % 4]}]
     return out
 
 
@@ -168,16 +179,22 @@ def _agree(a: str, b: str) -> bool:
     return a == b or n >= min(len(a), len(b), 12)
 
 
-async def load(base_url: str, key: str, clients: int, turns: int, max_tokens: int, model: str, name: str) -> Report:
-    texts = prompts()
+async def load(base_url: str, key: str, clients: int, turns: int, max_tokens: int, model: str, name: str,
+               suite: str | None = None, items: bool = False) -> Report:
+    texts = prompts(suite)
     # two clients share each conversation: greedy answers to the same request must agree
     distinct = max(1, clients // 2)
     apis = [api_client(base_url, key) for _ in range(clients)]
     try:
         await warm(apis, model)
         start = time.perf_counter()
-        results = await asyncio.gather(*(client(apis[i], i, turns, texts[i % distinct % len(texts)], i % distinct,
-                                                max_tokens, model) for i in range(clients)))
+        if items:  # each client its own items of the job, one request each: client i takes items i, i + clients, ...
+            results = await asyncio.gather(*(client(apis[i], i, turns, texts[i % len(texts)], i, max_tokens, model,
+                                                    texts[i::clients] or [texts[i % len(texts)]])
+                                             for i in range(clients)))
+        else:
+            results = await asyncio.gather(*(client(apis[i], i, turns, texts[i % distinct % len(texts)],
+                                                    i % distinct, max_tokens, model) for i in range(clients)))
         wall = time.perf_counter() - start
     finally:
         await asyncio.gather(*(api.close() for api in apis))
@@ -225,8 +242,9 @@ def llama_server_binary(args: argparse.Namespace) -> str | None:
 def command(server: str, port: int, args: argparse.Namespace, model: str) -> list[str]:
     """How each server is started: the same threads, parallel sequences and context per sequence for all."""
     threads = str(args.threads or os.cpu_count() or 2)
-    if server == "localspec":
-        return [sys.executable, "-m", "localspec", "serve", "--port", str(port), "--parallel", str(args.parallel),
+    if server in ("localspec", "localspec-no-history"):
+        off = ["env", "LOCALSPEC_HISTORY=off"] if server == "localspec-no-history" else []
+        return [*off, sys.executable, "-m", "localspec", "serve", "--port", str(port), "--parallel", str(args.parallel),
                 "--threads", threads, "--ctx", str(args.ctx), "--queue-timeout", "600"]
     if server.startswith("llama-server") and server in SERVERS:
         binary = llama_server_binary(args)
@@ -284,9 +302,10 @@ def run_server(server: str, clients: int, args: argparse.Namespace) -> Report:
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
                 return Report(server, clients, clients * args.requests, note=f"did not start ({e}): "
                               + " | ".join(tail))
-            model = "default" if server == "localspec" else model_path()
+            model = "default" if server.startswith("localspec") else model_path()
             try:
-                return asyncio.run(load(base, "x", clients, args.requests, args.max_tokens, model, server))
+                return asyncio.run(load(base, "x", clients, args.requests, args.max_tokens, model, server, args.suite,
+                                        args.items))
             except Exception as e:  # the warm-up failed: say so in the table, and go on with the other servers
                 return Report(server, clients, clients * args.requests, note=f"failed: {type(e).__name__}: {e}")
         finally:
@@ -352,12 +371,17 @@ def main() -> None:
     ap.add_argument("--base-url", help="load a server that is already running instead")
     ap.add_argument("--api-key", default=os.environ.get("LOCALSPEC_API_KEY", "x"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--suite", help="the prompts: a shipped suite's name (template-emails, tool-calls, ...) or a "
+                    "JSONL file (default: ../shared/bench/prompts.jsonl, else the built-in suite)")
+    ap.add_argument("--items", action="store_true", help="each turn a new one-message request of the suite's next "
+                    "item (a templated job sent by many clients) instead of a conversation's follow-up")
     args = ap.parse_args()
     reports = []
     for clients in args.clients:
         if args.base_url:
             reports.append(asyncio.run(load(args.base_url, args.api_key, clients, args.requests, args.max_tokens,
-                                            "default", re.sub(r"^https?://", "", args.base_url))))
+                                            "default", re.sub(r"^https?://", "", args.base_url), args.suite,
+                                            args.items)))
             continue
         for server in args.servers.split(","):
             print(f"{server}: {clients} clients x {args.requests} turns ...", file=sys.stderr, flush=True)
