@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+# the kinds of drafts copied from earlier requests (drafters/ngram.py: "cache/3", "cache/follow", ...): the policy
+# carries their trust across a job, and the stats count them apart
+CACHE_KIND = "cache/"
+
 Source = Literal["draft", "target"]
 
 
@@ -96,7 +100,7 @@ class Stats:
         self.generated_tokens += len(step.emitted)
         self.drafted += len(step.accepted) + len(step.rejected) + sum(len(run) for run in step.rejected_branches)
         self.accepted += len(step.accepted)
-        if step.kind.startswith("cache/"):
+        if step.kind.startswith(CACHE_KIND):
             self.cache_drafted += len(step.accepted) + len(step.rejected)
             self.cache_accepted += len(step.accepted)
         if step.branches > 1:

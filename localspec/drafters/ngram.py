@@ -23,11 +23,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from localspec.drafters.base import Draft
+from localspec.events import CACHE_KIND
 
 if TYPE_CHECKING:
     from localspec.history import HistoryView
 
-CACHE = "cache"  # the kinds of drafts copied from earlier requests: "cache/<n>", "cache/follow"
 
 _RECENT = 4  # occurrences kept per n-gram: the sources of a tree's other candidates
 
@@ -98,24 +98,28 @@ class NgramDrafter:
 
     def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
         self._extend(history)
-        tokens = self._tokens
         self._sources = []
         self._cache_source = None
         if cap <= 0:
             return Draft(drafter=self.name)
-        sources: list[tuple[int, str]] = []
-        cached: Draft | None = None
-        if self._follow is not None and self._follow < len(tokens):
-            sources.append((self._follow, f"{self.name}/follow"))
-        elif self.history is not None:
-            cached, leads = self._from_history(cap)
-            if cached is not None and leads:
-                own = self._own(cap, width, sources)
-                return replace(cached, fallback=own if own.tokens else None)
+        follow = self._follow if self._follow is not None and self._follow < len(self._tokens) else None
+        cached, leads = (None, False) if follow is not None or self.history is None else self._from_history(cap)
+        own = self._own(cap, width, follow)
+        if cached is not None and leads:  # the other source rides along, for where the policy trims the leader away
+            return replace(cached, fallback=own if own.tokens else None)
+        if not own.tokens:
+            return cached or own
+        return replace(own, fallback=cached)
+
+    def _own(self, cap: int, width: int, follow: int | None) -> Draft:
+        """The sequence's own proposal: from ``follow`` (after a fully accepted draft), else its longest matches."""
+        tokens = self._tokens
+        sources = [(follow, f"{self.name}/follow")] if follow is not None else []
         if not sources or width > 1:
             sources += [(start, f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}")
                         for start, n in self._matches(1 if width == 1 else 2 * width)]
         candidates: list[list[int]] = []
+        first_kind = ""
         for start, kind in sources:
             candidate = tokens[start : start + cap]
             # a candidate the tree already holds (the same tokens, or a prefix of them) adds nothing
@@ -128,17 +132,8 @@ class NgramDrafter:
             if len(candidates) == width:
                 break
         if not candidates:
-            return cached or Draft(drafter=self.name)
-        return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]), fallback=cached)
-
-    def _own(self, cap: int, width: int, sources: list[tuple[int, str]]) -> Draft:
-        """The sequence's own proposal (what ``propose`` makes without the history)."""
-        history, self.history = self.history, None
-        cache_source = self._cache_source
-        try:
-            return self.propose(self._tokens, cap, width)
-        finally:
-            self.history, self._cache_source = history, cache_source
+            return Draft(drafter=self.name)
+        return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]))
 
     def _from_history(self, cap: int) -> tuple[Draft | None, bool]:
         """A draft from earlier requests (None: nothing matched), and whether it leads: where it matches longer than
@@ -151,22 +146,20 @@ class NgramDrafter:
             draft = view.continuation(self._cache_follow[0], cap, epoch)
             if draft:
                 self._cache_source = (self._cache_follow[0], epoch)
-                return Draft(draft, None, self.name, f"{CACHE}/follow"), True
+                return Draft(draft, None, self.name, f"{CACHE_KIND}follow"), True
         tokens = self._tokens
         match = view.lookup(tokens, cap)
         if match is None:
             return None, False
-        own, starts = 0, []
-        for n in range(min(self.max_n, len(tokens)), self.min_n - 1, -1):
-            found = self._index[n].get(tuple(tokens[-n:]))
-            if found is not None:
-                own, starts = n, found
-                break
+        mine = self._matches(1)  # the own longest match's occurrences, most recent first
+        own = mine[0][1] if mine else 0
+        # how many of them went on as the most recent one did: the own source's support at a tie
+        support = sum(tokens[s] == tokens[mine[0][0]] for s, _ in mine) if mine else 0
         n = min(match.n, self.max_n)  # the own index sees no further than max_n: compare like with like
-        leads = n > own or (n == own and match.count > _own_support(tokens, starts))
+        leads = n > own or (n == own and match.count > support)
         self._cache_source = (match.source, epoch)
         bucket = "8+" if match.n >= 8 else "4+" if match.n >= 4 else str(match.n)
-        return Draft(match.tokens[:cap], None, self.name, f"{CACHE}/{bucket}"), leads
+        return Draft(match.tokens[:cap], None, self.name, f"{CACHE_KIND}{bucket}"), leads
 
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         self._extend(history)
@@ -189,8 +182,3 @@ class NgramDrafter:
     def close(self) -> None:
         self._tokens = []
 
-
-def _own_support(tokens: list[int], starts: list[int]) -> int:
-    """How many of the sequence's recent occurrences of its matched suffix went on as the most recent one did."""
-    nxt = [tokens[s] for s in starts if s < len(tokens)]
-    return nxt.count(nxt[-1]) if nxt else 0

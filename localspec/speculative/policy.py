@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from localspec.drafters.base import Draft, Drafter
+from localspec.events import CACHE_KIND
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.shapes import STEADY, Depths, Shapes, Warmup, choose, pad, stretch
 from localspec.speculative.survival import DECAY, Survival, Watched
 from localspec.speculative.tree import trie_sizes
 
-CACHE_KINDS = "cache/"  # drafts from earlier requests (drafters/ngram.py): their trust carries across a job
 _PROBE_EVERY = 16  # plain steps before a drafter that lost its place is tried again
 _PROBE_EVERY_MAX = 256
 _PROBE_K = 3
@@ -264,7 +264,7 @@ class DraftPolicy:
         return best
 
     def _survival_of(self, kind: str) -> Survival:
-        learned = self.shared if kind.startswith(CACHE_KINDS) else self._survival
+        learned = self.shared if kind.startswith(CACHE_KIND) else self._survival
         survival = learned.get(kind)
         if survival is None:
             survival = learned[kind] = Survival()
