@@ -15,6 +15,7 @@ import json
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,12 +36,18 @@ def history_path(model_hash: str) -> Path:
     return history_dir() / f"{model_hash[:16]}.npz"
 
 
-def stamp(path: Path) -> tuple[int, int, int] | None:
+def stamp(path: Path) -> tuple[int, int, int, str] | None:
+    """Which write of the file this is: the id each write stores (an inode is reused, a size can repeat, and a
+    file system's clock can give two writes one mtime), with the file's own numbers beside it."""
     try:
         st = path.stat()
+        with np.load(path, allow_pickle=False) as data:
+            written = str(json.loads(bytes(data["meta"]).decode("utf-8")).get("written", ""))
     except OSError:
         return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
+    except Exception:  # damaged: whoever reads it next sets it aside
+        written = ""
+    return st.st_ino, st.st_size, st.st_mtime_ns, written
 
 
 @contextlib.contextmanager
@@ -118,7 +125,8 @@ def set_aside(path: Path, why: str) -> str:
 def write(path: Path, model: str, shelves: dict[str, Shelf], serial: int) -> None:
     """``shelves`` as the file at ``path``: written beside it, then renamed over it (a reader sees old or new)."""
     scopes = list(shelves)
-    meta = {"format": FORMAT, "model": model, "scopes": scopes, "serial": serial, "ns": list(NS)}
+    meta = {"format": FORMAT, "model": model, "scopes": scopes, "serial": serial, "ns": list(NS),
+            "written": uuid.uuid4().hex}
     arrays: dict[str, np.ndarray] = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
     for i, scope in enumerate(scopes):
         shelf = shelves[scope]

@@ -45,7 +45,7 @@ class History:
     notices: list[str] = field(default_factory=list)
     # a bench feeds by hand (each prompt after all its runs): the hooks then do nothing
     frozen: bool = False
-    stamp: tuple[int, int, int] | None = None  # the file as this process last read or wrote it (disk.py)
+    stamp: tuple[int, int, int, str] | None = None  # the file as this process last read or wrote it (disk.py)
     _fed: dict[str, list[list[int]]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -53,10 +53,11 @@ class History:
     def open(cls, model: str, path: Path | None, max_tokens: int = DEFAULT_MAX_TOKENS) -> History:
         """The history kept at ``path`` (empty if there is none, or if it was set aside: see ``notices``)."""
         history = cls(model, path, max_tokens)
-        if path is not None and disk.stamp(path) is not None:
-            history.shelves, history.serial = history._read(path)
+        if path is not None and path.exists():
+            with disk.locked(path):  # the stamp of the very write read (a save compares it)
+                history.stamp = disk.stamp(path)
+                history.shelves, history.serial = history._read(path)
             history.bound()
-            history.stamp = disk.stamp(path)
         return history
 
     def _read(self, path: Path) -> tuple[dict[str, Shelf], int]:
@@ -178,6 +179,10 @@ class HistoryView:
     def lookup(self, tail: Sequence[int], cap: int) -> Match | None:
         shelf = self.history.shelves.get(self.scope)
         return shelf.lookup(tail, cap) if shelf is not None else None
+
+    def near(self, tail: Sequence[int], at: int, cap: int, epoch: int) -> Match | None:
+        shelf = self.history.shelves.get(self.scope)
+        return shelf.near(tail, at, cap, epoch) if shelf is not None else None
 
     def continuation(self, at: int, cap: int, epoch: int) -> list[int]:
         shelf = self.history.shelves.get(self.scope)
