@@ -38,28 +38,58 @@ def test_the_longest_match_leads_and_its_continuation_is_drafted() -> None:
     assert match.tokens[:10] == [*TEMPLATE[3:], 201]
     match = history.view().lookup([7, 99, 100, 101, 102], 16)
     assert match is not None and match.n == 3 and match.count == 3  # once in each item
-    assert match.tokens[:10] == [*TEMPLATE[3:], 202]  # where they part, the most recent
+    assert match.tokens == TEMPLATE[3:]  # up to the slot where they part (200, 201, 202)
     assert history.view().lookup([999, 998], 16) is None
 
 
-def test_ties_go_to_the_continuation_that_followed_most_often() -> None:
+def test_a_slot_where_earlier_answers_went_different_ways_is_not_drafted() -> None:
     history = History("m")
-    for tail in ([5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 20, 21, 22, 23]):
-        history.feed(tail)
-    match = history.view().lookup([3, 5, 6], 8)
-    assert match is not None and match.tokens[:6] == [7, 8, 9, 10, 11, 12]  # 2 to 1, though the 20s came last
-    history.feed([5, 6, 7, 8, 20, 21, 22, 23])
-    history.feed([5, 6, 7, 8, 20, 21, 22, 23])
-    match = history.view().lookup([3, 5, 6], 8)
-    assert match is not None and match.tokens[2:4] == [20, 21]
+    for i in range(3):
+        history.feed(item(i))
+    match = history.view().lookup([*TEMPLATE[-6:]], 16)  # the template's end: then 200, 201 or 202
+    assert match is not None and match.varied and match.tokens == []
+    drafter = NgramDrafter(history=history.view())
+    text = [2, 53, *TEMPLATE]
+    drafter.begin(text)
+    assert not drafter.propose(text, 8).kind.startswith("cache/")
+    # two of three agree: no slot, the majority is drafted
+    history.feed(item(2))
+    match = history.view().lookup([*TEMPLATE[-6:]], 16)
+    assert match is not None and not match.varied and match.tokens[0] == 202
 
 
-def test_scopes_never_see_each_other() -> None:
+def keyed(i: int) -> list[int]:
+    """An answer of three keys (10, 20, 30) after a header (1 2 3), each key followed by its value (a token of this
+    answer's own) and 5."""
+    return [1, 2, 3, 10, 60 + i, 5, 20, 70 + i, 5, 30, 80 + i, 5, 9]
+
+
+def test_after_a_slot_the_template_goes_on_where_the_earlier_answer_was_followed_to() -> None:
     history = History("m")
-    history.feed(item(0), "key:aaaa")
-    assert history.view("key:aaaa").lookup(item(1)[:5], 8) is not None
-    assert history.view("key:bbbb").lookup(item(1)[:5], 8) is None
-    assert history.view().lookup(item(1)[:5], 8) is None
+    for i in range(3):
+        history.feed(keyed(i))
+    view = history.view()
+    epoch = history.shelves["local"].epoch
+    first_value = 4  # where keyed(0)'s first value is, in the shelf
+    near = view.near([69, 5], first_value, 8, epoch)
+    assert near is not None and near.tokens[:2] == [20, 70]  # keyed(0)'s next key, not another's
+    assert view.near([69, 5], 6, 8, epoch).tokens[:1] == [30]  # the nearest after the place, never before it
+    assert view.near([69, 5], 12, 8, epoch) is None  # only within the same answer
+    assert view.near([69, 5], first_value, 8, epoch + 1) is None  # positions of another epoch
+    # the drafter: the header matched, the value after it is a slot (drafted from nowhere), so the place is kept;
+    # after the new value, the answer's next key is drafted from there, where the lookup alone would offer
+    # whichever key followed 5 most often
+    drafter = NgramDrafter(history=view)
+    text = [1, 2, 3, 10]
+    drafter.begin(text)
+    assert not drafter.propose(text, 8).kind.startswith("cache/")
+    text += [69]
+    drafter.accept(text, 0)
+    text += [5]
+    drafter.accept(text, 0)
+    assert history.view().lookup(text, 8).tokens[:1] != [20]
+    draft = drafter.propose(text, 8)
+    assert draft.kind == "cache/near1" and draft.tokens[:2] == [20, 72]
 
 
 def test_bounded_the_oldest_go_first_over_all_scopes() -> None:

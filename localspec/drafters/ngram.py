@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING
 
 from localspec.drafters.base import Draft
 from localspec.events import CACHE_KIND
+from localspec.tokens import common_prefix
 
 if TYPE_CHECKING:
     from localspec.history import HistoryView
 
 
 _RECENT = 4  # occurrences kept per n-gram: the sources of a tree's other candidates
+_NEAR_TRUSTED = 3  # a match this long near the anchor beats a longer one elsewhere
 
 
 class NgramDrafter:
@@ -43,7 +45,11 @@ class NgramDrafter:
         # where the last draft from the history was copied from, and where to keep copying from after it was
         # accepted whole (positions in its scope's shelf, valid while the shelf's epoch holds)
         self._cache_source: tuple[int, int] | None = None
+        self._cache_matched = 0  # the length of the match the last draft from the history rests on
         self._cache_follow: tuple[int, int] | None = None
+        # where the text last went on as an earlier answer did, up to the token where it parted from it: that
+        # answer's template goes on near there (HistoryView.near)
+        self._cache_anchor: tuple[int, int] | None = None
         self._tokens: list[int] = []
         # n -> n-gram -> the positions that followed its most recent occurrences, oldest first
         self._index: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n + 1)]
@@ -55,7 +61,7 @@ class NgramDrafter:
             self._tokens = []
             self._index = [{} for _ in range(self.max_n + 1)]
         self._follow = None
-        self._cache_follow = self._cache_source = None
+        self._cache_follow = self._cache_source = self._cache_anchor = None
         self._sources = []
         self._extend(history)
 
@@ -138,27 +144,38 @@ class NgramDrafter:
     def _from_history(self, cap: int) -> tuple[Draft | None, bool]:
         """A draft from earlier requests (None: nothing matched), and whether it leads: where it matches longer than
         the sequence's own text (or as long, with a continuation that followed more often), or where the last one
-        was accepted whole."""
+        was accepted whole. Where earlier answers went different ways (a template's slot: a name, a number) no
+        copy is likely right: nothing is drafted, but the place is kept, to go on from after the slot."""
         view = self.history
         assert view is not None
         epoch = view.epoch
+        tokens = self._tokens
+        match = view.lookup(tokens, cap)
+        slot = match is not None and match.varied
         if self._cache_follow is not None and self._cache_follow[1] == epoch:
             draft = view.continuation(self._cache_follow[0], cap, epoch)
             if draft:
-                self._cache_source = (self._cache_follow[0], epoch)
-                return Draft(draft, None, self.name, f"{CACHE_KIND}follow"), True
-        tokens = self._tokens
-        match = view.lookup(tokens, cap)
+                self._cache_source, self._cache_matched = (self._cache_follow[0], epoch), _NEAR_TRUSTED
+                return (None, False) if slot else (Draft(draft, None, self.name, f"{CACHE_KIND}follow"), True)
         if match is None:
+            return None, False
+        bucket = "8+" if match.n >= 8 else "4+" if match.n >= 4 else str(match.n)
+        near = None
+        if self._cache_anchor is not None:
+            at, anchored = self._cache_anchor
+            near = view.near(tokens, at, cap, anchored)
+            # the place nearest after the anchor, unless a match elsewhere is longer than a short one here
+            if near is not None and near.n >= min(match.n, _NEAR_TRUSTED):
+                match, bucket = near, f"near{min(near.n, _NEAR_TRUSTED)}"
+        self._cache_source, self._cache_matched = (match.source, epoch), match.n
+        if slot:
             return None, False
         mine = self._matches(1)  # the own longest match's occurrences, most recent first
         own = mine[0][1] if mine else 0
         # how many of them went on as the most recent one did: the own source's support at a tie
         support = sum(tokens[s] == tokens[mine[0][0]] for s, _ in mine) if mine else 0
         n = min(match.n, self.max_n)  # the own index sees no further than max_n: compare like with like
-        leads = n > own or (n == own and match.count > support)
-        self._cache_source = (match.source, epoch)
-        bucket = "8+" if match.n >= 8 else "4+" if match.n >= 4 else str(match.n)
+        leads = n > own or (n == own and (match is near or match.count > support))
         return Draft(match.tokens[:cap], None, self.name, f"{CACHE_KIND}{bucket}"), leads
 
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
@@ -170,9 +187,14 @@ class NgramDrafter:
         n = n_accepted + 1
         if self._cache_source is not None and self.history is not None:
             at, epoch = self._cache_source
-            if self.history.continuation(at, n, epoch) == self._tokens[-n:]:
+            source = self.history.continuation(at, n, epoch)
+            if source == self._tokens[-n:]:
                 self._cache_follow = (at + n, epoch)
                 return
+            went_on = common_prefix(source, self._tokens[-n:])
+            # a short match whose first token missed says nothing of where the text is: the anchor stays
+            if went_on or self._cache_matched >= _NEAR_TRUSTED:
+                self._cache_anchor = (at + went_on, epoch)
         for source in self._sources[:verified]:
             nxt = source + n
             if nxt < len(self._tokens) and self._tokens[source:nxt] == self._tokens[-n:]:

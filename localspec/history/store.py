@@ -30,7 +30,12 @@ _P = 0x100000001B3  # the fold's multiplier (FNV's 64-bit prime)
 _MASK = (1 << 64) - 1
 _OFFSETS = np.arange(64, dtype=np.int32)
 _RECENT = 8  # occurrences of the matched n-gram whose continuations are weighed (the most recent)
+# A continuation is a slot's (varied) where this many occurrences or more went on in ways of which none has half,
+# after a context at least _SLOT_N long (the match and the draft so far; a shorter one cannot say which way it goes)
+_VARIED_ROWS = 3
+_SLOT_N = 4
 DEFAULT_MAX_TOKENS = 1_000_000  # the bound over all scopes; the oldest sequences go first
+NEAR_WINDOW = 64  # how far past the place an earlier answer was followed to its template's next step is looked for
 
 
 def suffix_hashes(tail: Sequence[int], n_max: int) -> list[int]:
@@ -65,12 +70,14 @@ def _hashes(tokens: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 @dataclass
 class Match:
     """A proposal from the store: the n-gram length matched, how often its chosen continuation followed, the
-    tokens, and where they were copied from (to keep following that place)."""
+    tokens, and where they were copied from (to keep following that place). ``varied``: the earlier occurrences
+    went on in different ways, none in most of them (a template's slot: what follows ``"city": "``)."""
 
     n: int
     count: int
     tokens: list[int]
     source: int
+    varied: bool = False
 
 
 @dataclass
@@ -169,6 +176,31 @@ class Shelf:
         rows = self.tokens.take(starts[:, None] + _OFFSETS[:cap], mode="clip").tolist()
         return _walk(rows, starts.tolist(), n)
 
+    def near(self, tail: Sequence[int], at: int, cap: int, epoch: int, window: int = NEAR_WINDOW) -> Match | None:
+        """The continuation of the longest indexed suffix of ``tail`` that occurred after ``at`` (within ``window``
+        tokens, in ``at``'s sequence), nearest first; None if none did, or if positions are no longer ``epoch``'s.
+
+        Where an answer follows an earlier one's template but differs in a part (a name, a number), the suffix after
+        that part (``",``) occurs all over the shelf, after every key; after the place the earlier answer was
+        followed up to, its nearest occurrence is the template's next step."""
+        if cap <= 0 or epoch != self.epoch or at >= len(self.tokens):
+            return None
+        seq = int(self.starts.searchsorted(at, side="right"))  # at's sequence is seq - 1: it ends where seq starts
+        limit = min(at + window, int(self.starts[seq]) if seq < len(self.starts) else len(self.tokens))
+        hashes = suffix_hashes(tail, NS[-1])
+        for n in reversed([n for n in NS if n <= len(hashes)]):
+            keys, h = self.keys[n], np.uint64(hashes[n - 1])
+            first = int(keys.searchsorted(h))
+            if first == len(keys) or keys[first] != h:
+                continue
+            end = int(keys.searchsorted(h, side="right"))
+            positions = self.positions[n][first:end]  # one n-gram's positions are in order
+            i = int(positions.searchsorted(at, side="right"))
+            if i < len(positions) and positions[i] < limit:
+                source = int(positions[i])
+                return Match(n, 1, self.continuation(source, min(cap, 4 * n), epoch), source)
+        return None
+
     def continuation(self, at: int, cap: int, epoch: int) -> list[int]:
         """The tokens from ``at`` up to the end of its sequence (at most ``cap``), if positions are still those of
         ``epoch``."""
@@ -180,8 +212,9 @@ class Shelf:
 
 def _walk(rows: list[list[int]], starts: list[int], n: int) -> Match | None:
     """Token by token, what most of the rows still in agreement say next (ties: the most recent); the draft ends
-    where rows run out (a sequence's end). ``rows`` oldest first, as ``starts``. Identical rows (a template's) are
-    weighed once with their count, and once one row is left its tokens are taken whole."""
+    where rows run out (a sequence's end), or before a slot, where they go different ways. ``rows`` oldest first,
+    as ``starts``. Identical rows (a template's) are weighed once with their count, and once one row is left its
+    tokens are taken whole."""
     distinct: dict[tuple[int, ...], list[int]] = {}  # row -> [count, its most recent index]
     for i, row in enumerate(rows):
         seen = distinct.get(key := tuple(row))
@@ -193,6 +226,7 @@ def _walk(rows: list[list[int]], starts: list[int], n: int) -> Match | None:
     alive = sorted(distinct.items(), key=lambda kv: -kv[1][1])  # newest first: a tie goes to the first counted
     out: list[int] = []
     count = 0
+    varied = False
     for depth in range(len(rows[0])):
         if len(alive) == 1:
             row = alive[0][0][depth:]
@@ -208,10 +242,16 @@ def _walk(rows: list[list[int]], starts: list[int], n: int) -> Match | None:
         if not counts:
             break
         best = max(counts, key=counts.__getitem__)
+        weight = sum(counts.values())
+        if n + depth >= _SLOT_N and weight >= _VARIED_ROWS and 2 * counts[best] < weight:  # a slot: it stops
+            varied = depth == 0
+            break
         if depth == 0:
             count = counts[best]
         out.append(best)
         alive = [a for a in alive if a[0][depth] == best]
+    if varied:
+        return Match(n, 0, [], starts[alive[0][1][1]], varied=True)
     if not out or not alive:
         return None
     return Match(n, count, out, starts[alive[0][1][1]])
