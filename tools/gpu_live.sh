@@ -30,8 +30,12 @@
 #      llama-server at its best (tools/serve_load.py: its fastest greedy configuration); llama-bench at depth 0 and
 #      at the built-in suite's typical prompt (64 tokens), for target-only against llama.cpp like with like; the
 #      drafts from earlier requests against AT=DIR's n-gram (tools/history_ab.py); one batch of 16 last.
+#   h. Drafts from earlier requests (issue 34's goals) within BUDGET seconds, against AT=DIR's n-gram, most wanted
+#      first: the two one-template suites one at a time, then as one batch, serve with 8 clients sending a templated
+#      job (with the history against without it), the other two repetitive suites, the built-in suite as one job, the
+#      near-tie margins.
 #
-#     bash tools/gpu_live.sh [steps: t 1 2 3 4 5 6 7 8 9]
+#     bash tools/gpu_live.sh [steps: t h 1 2 3 4 5 6 7 8 9]
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 steps=${*:-1 2 3}
@@ -39,7 +43,7 @@ py=python3
 step() { echo "=== $1" | tee -a "$OUT/log.txt"; }
 has() { [[ " $steps " == *" $1 "* ]]; }
 
-if has t; then
+if has t || has h; then
   deadline=$((SECONDS + ${BUDGET:-480}))
   # timed NAME SECONDS CMD...: CMD with its stdout and stderr in $OUT/NAME.txt, cut to the time left
   timed() {
@@ -52,6 +56,23 @@ if has t; then
     echo "rc=$? after $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
   }
   start=$SECONDS
+fi
+
+if has h; then
+  ab="$py tools/history_ab.py --baseline ${AT:-bench-out/ab}"
+  timed history-one 120 $ab --suite template-emails --suite tool-calls
+  timed history-batch 80 $ab --batch --suite template-emails --suite tool-calls
+  timed serve-history 100 $py tools/serve_load.py --servers localspec-no-history,localspec,localspec,localspec-no-history \
+    --suite template-emails --items --clients 8 --requests 3
+  timed history-more 90 $ab --suite code-boilerplate --suite multi-turn
+  timed history-default 60 $ab --suite default
+  timed noise 45 $py -m localspec calibrate --noise
+  for f in history-one history-batch serve-history history-more history-default noise; do
+    [ -f "$OUT/$f.txt" ] && { echo "--- $f"; tail -n 12 "$OUT/$f.txt"; }
+  done
+fi
+
+if has t; then
   # first what only a GPU can answer about the lossless check, then section 5's table, most wanted first
   timed noise 45 $py -m localspec calibrate --noise --shapes
   timed import-order 40 env PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
