@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from localspec.drafters.base import Draft
 from localspec.drafters.ngram import NgramDrafter
@@ -111,3 +111,25 @@ def test_fixed_k_is_kept_within_the_room() -> None:
     p = DraftPolicy(fixed=5)
     assert len(p.trim(Draft(PASSAGE[:16], None, "ngram", "ngram/1"), LOOKUP)) == 5
     assert p.cap(ModelLike(), 2) == 2 and p.cap(ModelLike(), 9) == 5
+
+
+def test_of_two_sources_the_one_that_earned_more_goes_first_and_both_keep_learning() -> None:
+    p = policy()
+    wrong = Draft([7, 7, 7, 7], None, "ngram", "cache/1")  # earlier requests' 1-token match: never right here
+    pos = 0
+    while pos < 40:
+        right = Draft(PASSAGE[pos : pos + 8], None, "ngram", "ngram/4+")
+        pos += step(p, replace(wrong, fallback=right), PASSAGE[pos:]) + 1
+    # the drafter put the history's match first; the sequence's own is drafted, and the history's learned wrong
+    draft = p.trim(replace(wrong, fallback=Draft(PASSAGE[pos : pos + 4], None, "ngram", "ngram/4+")), LOOKUP)
+    assert draft.kind == "ngram/4+" and draft.tokens and draft.tokens == PASSAGE[pos : pos + len(draft)]
+    assert p.best_k("cache/1", "ngram") == 0
+    # a source that is drafted nowhere still learns in hindsight, and leads again where it comes true
+    q = policy()
+    pos = 0
+    while pos < 40:
+        mine = Draft([7, 7, 7, 7], None, "ngram", "ngram/1")
+        near = Draft(PASSAGE[pos : pos + 8], None, "ngram", "cache/near1")
+        pos += step(q, replace(mine, fallback=near), PASSAGE[pos:]) + 1
+    near = Draft(PASSAGE[pos : pos + 4], None, "ngram", "cache/near1")
+    assert q.trim(replace(Draft([7], None, "ngram", "ngram/1"), fallback=near), LOOKUP).kind == "cache/near1"

@@ -28,8 +28,8 @@ class Draft:
     # trailing tokens that are no proposal at all, only padding up to a GPU's kept pass size: verified like the rest
     # (so the text is unchanged) but not counted as drafted where the target rejects them
     filler: int = 0
-    # a lookup's other proposal from another source (earlier requests', or the sequence's own), for the loop to
-    # offer the policy where it trims this one to nothing: a source whose worth is not learned yet then costs nothing
+    # a lookup's other proposal from another source (earlier requests', or the sequence's own): the policy puts
+    # first the one whose kind has earned more, and learns the other in hindsight (policy.DraftPolicy.trim)
     fallback: Draft | None = None
 
     def __len__(self) -> int:

@@ -188,10 +188,7 @@ class Generator:
         for drafter in self.drafters:
             cap = self.policy.cap(drafter, room)
             if cap:
-                proposal = drafter.propose(history, cap, self.policy.width(drafter))
-                draft = self.policy.trim(proposal, drafter)
-                if not draft.tokens and proposal.fallback is not None and self.policy.retries():
-                    draft = self.policy.trim(proposal.fallback, drafter)
+                draft = self.policy.trim(drafter.propose(history, cap, self.policy.width(drafter)), drafter)
                 if draft.tokens:
                     return draft
         return Draft()
