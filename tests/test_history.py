@@ -92,6 +92,40 @@ def test_after_a_slot_the_template_goes_on_where_the_earlier_answer_was_followed
     assert draft.kind == "cache/near1" and draft.tokens[:2] == [20, 72]
 
 
+def test_ties_go_to_the_continuation_that_followed_most_often() -> None:
+    history = History("m")
+    for tail in ([5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 20, 21, 22, 23]):
+        history.feed(tail)
+    match = history.view().lookup([3, 5, 6], 8)
+    assert match is not None and match.tokens[:6] == [7, 8, 9, 10, 11, 12]  # 2 to 1, though the 20s came last
+    history.feed([5, 6, 7, 8, 20, 21, 22, 23])
+    history.feed([5, 6, 7, 8, 20, 21, 22, 23])
+    match = history.view().lookup([3, 5, 6], 8)
+    assert match is not None and match.tokens[2:4] == [20, 21]
+
+
+def test_scopes_never_see_each_other() -> None:
+    history = History("m")
+    history.feed(item(0), "key:aaaa")
+    assert history.view("key:aaaa").lookup(item(1)[:5], 8) is not None
+    assert history.view("key:bbbb").lookup(item(1)[:5], 8) is None
+    assert history.view().lookup(item(1)[:5], 8) is None
+
+
+def test_where_earlier_continuations_forked_the_runner_up_is_a_branch() -> None:
+    history = History("m")
+    for tail in ([5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 20, 21, 22, 23]):
+        history.feed(tail)
+    match = history.view().lookup([3, 5, 6], 8, width=2)
+    assert match is not None and match.tokens == [7, 8, 9, 10, 11, 12] and match.others == [[7, 8, 20, 21, 22, 23]]
+    assert history.view().lookup([3, 5, 6], 8).others == []  # one chain unless asked
+    drafter = NgramDrafter(history=history.view())
+    text = [3, 5, 6]
+    drafter.begin(text)
+    draft = drafter.propose(text, 8, width=2)
+    assert draft.kind == "cache/2" and draft.candidates == [[7, 8, 9, 10, 11, 12], [7, 8, 20, 21, 22, 23]]
+
+
 def test_bounded_the_oldest_go_first_over_all_scopes() -> None:
     history = History("m", max_tokens=100)
     for i in range(12):

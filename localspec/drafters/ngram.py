@@ -11,9 +11,13 @@ occurrences (a few); it grows by max_n dictionary writes per accepted token, so 
   separately how far each kind of match deserves to be trusted.
 - **history**: given earlier requests' text (a ``HistoryView``: localspec/history), the same lookup searches it too;
   the longest match leads wherever it is, a tie goes to the source whose continuation followed more often, and its
-  drafts are of their own kinds ("cache/3", "cache/follow") so the policy learns what they are worth apart.
+  drafts are of their own kinds ("cache/3", "cache/follow") so the policy learns what they are worth apart (and
+  ranks the two sources by it: policy.DraftPolicy.trim). A template's slot (where earlier answers went different
+  ways: a name) is not drafted; after it the text goes on near the place of the earlier answer it followed up to
+  there (an anchor: "cache/near1".."cache/near3"), not after whichever key came last.
 - **candidates**: asked for a width above 1, it adds other continuations (earlier occurrences of the longest
-  match, most recent first, then of shorter ones), which the loop can verify together as a token tree.
+  match, most recent first, then of shorter ones; from the history, the runner-up ways where earlier continuations
+  forked), which the loop can verify together as a token tree.
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ class NgramDrafter:
         if cap <= 0:
             return Draft(drafter=self.name)
         follow = self._follow if self._follow is not None and self._follow < len(self._tokens) else None
-        cached, leads = (None, False) if follow is not None or self.history is None else self._from_history(cap)
+        cached, leads = (None, False) if follow is not None or self.history is None else self._from_history(cap, width)
         own = self._own(cap, width, follow)
         if cached is not None and leads:  # the other source rides along, for where the policy trims the leader away
             return replace(cached, fallback=own if own.tokens else None)
@@ -141,7 +145,7 @@ class NgramDrafter:
             return Draft(drafter=self.name)
         return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]))
 
-    def _from_history(self, cap: int) -> tuple[Draft | None, bool]:
+    def _from_history(self, cap: int, width: int) -> tuple[Draft | None, bool]:
         """A draft from earlier requests (None: nothing matched), and whether it leads: where it matches longer than
         the sequence's own text (or as long, with a continuation that followed more often), or where the last one
         was accepted whole. Where earlier answers went different ways (a template's slot: a name, a number) no
@@ -150,7 +154,7 @@ class NgramDrafter:
         assert view is not None
         epoch = view.epoch
         tokens = self._tokens
-        match = view.lookup(tokens, cap)
+        match = view.lookup(tokens, cap, width)
         slot = match is not None and match.varied
         if self._cache_follow is not None and self._cache_follow[1] == epoch:
             draft = view.continuation(self._cache_follow[0], cap, epoch)
@@ -176,7 +180,8 @@ class NgramDrafter:
         support = sum(tokens[s] == tokens[mine[0][0]] for s, _ in mine) if mine else 0
         n = min(match.n, self.max_n)  # the own index sees no further than max_n: compare like with like
         leads = n > own or (n == own and (match is near or match.count > support))
-        return Draft(match.tokens[:cap], None, self.name, f"{CACHE_KIND}{bucket}"), leads
+        # where earlier continuations forked, the runner-up ways ride along: the loop may verify them as a tree
+        return Draft(match.tokens[:cap], None, self.name, f"{CACHE_KIND}{bucket}", tuple(match.others)), leads
 
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         self._extend(history)

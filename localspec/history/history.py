@@ -176,9 +176,9 @@ class HistoryView:
     history: History
     scope: str = LOCAL_SCOPE
 
-    def lookup(self, tail: Sequence[int], cap: int) -> Match | None:
+    def lookup(self, tail: Sequence[int], cap: int, width: int = 1) -> Match | None:
         shelf = self.history.shelves.get(self.scope)
-        return shelf.lookup(tail, cap) if shelf is not None else None
+        return shelf.lookup(tail, cap, width) if shelf is not None else None
 
     def near(self, tail: Sequence[int], at: int, cap: int, epoch: int) -> Match | None:
         shelf = self.history.shelves.get(self.scope)

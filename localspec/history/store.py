@@ -78,6 +78,9 @@ class Match:
     tokens: list[int]
     source: int
     varied: bool = False
+    # where the earlier continuations forked (not a slot: one way has half of them), the runner-up ways, each as a
+    # whole candidate (the shared part, then its own), the first fork's first: a token tree's other branches
+    others: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -149,8 +152,9 @@ class Shelf:
             self.positions[n] = self.positions[n][keep] - cut
         self.epoch += 1
 
-    def lookup(self, tail: Sequence[int], cap: int) -> Match | None:
-        """The continuation of the longest indexed suffix of ``tail`` that occurred here; None if none did."""
+    def lookup(self, tail: Sequence[int], cap: int, width: int = 1) -> Match | None:
+        """The continuation of the longest indexed suffix of ``tail`` that occurred here (None if none did), with up
+        to ``width`` - 1 other branches where earlier continuations forked."""
         if cap <= 0 or not len(self.tokens):
             return None
         hashes = suffix_hashes(tail, NS[-1])
@@ -174,7 +178,7 @@ class Shelf:
         starts = self.positions[n][max(first, end - _RECENT) : end]
         cap = min(cap, 4 * n)  # longer drafts where the match is longer (SuffixDecoding's max_spec_factor)
         rows = self.tokens.take(starts[:, None] + _OFFSETS[:cap], mode="clip").tolist()
-        return _walk(rows, starts.tolist(), n)
+        return _walk(rows, starts.tolist(), n, width - 1)
 
     def near(self, tail: Sequence[int], at: int, cap: int, epoch: int, window: int = NEAR_WINDOW) -> Match | None:
         """The continuation of the longest indexed suffix of ``tail`` that occurred after ``at`` (within ``window``
@@ -210,11 +214,12 @@ class Shelf:
         return out[: out.index(SEP)] if SEP in out else out
 
 
-def _walk(rows: list[list[int]], starts: list[int], n: int) -> Match | None:
+def _walk(rows: list[list[int]], starts: list[int], n: int, branches: int = 0) -> Match | None:
     """Token by token, what most of the rows still in agreement say next (ties: the most recent); the draft ends
     where rows run out (a sequence's end), or before a slot, where they go different ways. ``rows`` oldest first,
     as ``starts``. Identical rows (a template's) are weighed once with their count, and once one row is left its
-    tokens are taken whole."""
+    tokens are taken whole. At each fork the runner-up way (its most recent row) is kept as another branch, up to
+    ``branches`` of them."""
     distinct: dict[tuple[int, ...], list[int]] = {}  # row -> [count, its most recent index]
     for i, row in enumerate(rows):
         seen = distinct.get(key := tuple(row))
@@ -225,6 +230,7 @@ def _walk(rows: list[list[int]], starts: list[int], n: int) -> Match | None:
             seen[1] = i
     alive = sorted(distinct.items(), key=lambda kv: -kv[1][1])  # newest first: a tie goes to the first counted
     out: list[int] = []
+    others: list[list[int]] = []
     count = 0
     varied = False
     for depth in range(len(rows[0])):
@@ -248,10 +254,14 @@ def _walk(rows: list[list[int]], starts: list[int], n: int) -> Match | None:
             break
         if depth == 0:
             count = counts[best]
+        if len(others) < branches and len(counts) > 1:
+            second = max((t for t in counts if t != best), key=counts.__getitem__)
+            row = next(r for r, _ in alive if r[depth] == second)[depth:]
+            others.append(out + list(row[: row.index(SEP)] if SEP in row else row))
         out.append(best)
         alive = [a for a in alive if a[0][depth] == best]
     if varied:
         return Match(n, 0, [], starts[alive[0][1][1]], varied=True)
     if not out or not alive:
         return None
-    return Match(n, count, out, starts[alive[0][1][1]])
+    return Match(n, count, out, starts[alive[0][1][1]], others=others)
