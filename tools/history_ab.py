@@ -95,13 +95,18 @@ def main() -> None:
     summed = {name: [0.0, 0.0] for name in codes}
     for suite in args.suite:
         got: dict[str, dict[str, list[float]]] = {name: {"first": [0.0, 0.0], "second": [0.0, 0.0]} for name in codes}
+        rounds: list[float] = []  # each round's second-half ratio: the spread between rounds of one sitting
         for r in range(args.rounds):
             order = ["baseline", "new", "new", "baseline"]
+            mine: dict[str, list[float]] = {name: [0.0, 0.0] for name in codes}
             for name in order if r % 2 == 0 else order[::-1]:
                 res = child(codes[name], suite, args.batch, args.max_tokens)
                 for half in ("first", "second"):
                     got[name][half][0] += res[half][0]
                     got[name][half][1] += res[half][1]
+                mine[name][0] += res["second"][0]
+                mine[name][1] += res["second"][1]
+            rounds.append((mine["new"][0] / mine["new"][1]) / (mine["baseline"][0] / mine["baseline"][1]))
         rate = {name: {h: t / s if s else 0.0 for h, (t, s) in got[name].items()} for name in codes}
         for name in codes:
             summed[name][0] += got[name]["second"][0]
@@ -112,7 +117,8 @@ def main() -> None:
               f"tok/s ({whole['new'] / whole['baseline']:.2f}x); first half {rate['baseline']['first']:.1f} -> "
               f"{rate['new']['first']:.1f} tok/s ({rate['new']['first'] / rate['baseline']['first']:.2f}x); second "
               f"half {rate['baseline']['second']:.1f} -> {rate['new']['second']:.1f} tok/s "
-              f"({rate['new']['second'] / rate['baseline']['second']:.2f}x)", flush=True)
+              f"({rate['new']['second'] / rate['baseline']['second']:.2f}x; rounds "
+              f"{', '.join(f'{x:.2f}x' for x in rounds)})", flush=True)
     base, new = (summed[n][0] / summed[n][1] for n in ("baseline", "new"))
     print(f"second halves summed: {base:.1f} -> {new:.1f} tok/s ({new / base:.2f}x)")
 
