@@ -284,6 +284,8 @@ class BatchRuntime(Prompts):
     history: History | None = None  # earlier requests' tokens, per scope (None: off)
     # what drafts from earlier requests are worth, learned across the job's sequences, per scope (policy.py)
     trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
+    # what the sequences' own lookup kinds are worth, learned across the job as one sequence's requests do
+    learned: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(
@@ -335,7 +337,8 @@ class BatchRuntime(Prompts):
         view = self.history.view(job.scope) if self.history is not None else None
         drafters = lookup_drafters(speculation.drafter, view) or []
         policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs,
-                             shapes=self.shapes, shared=self.trust.setdefault(job.scope, {}))
+                             shapes=self.shapes, shared=self.trust.setdefault(job.scope, {}),
+                             learned=self.learned.setdefault(job.scope, {}))
         generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
         if view is not None:
             generator.on_end = view.feed

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from localspec.drafters.base import Draft
 from localspec.drafters.ngram import NgramDrafter
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.survival import Survival
 
 # seconds per target pass by batch size, shaped like the CPU measurements (multiples of 4 are cheap)
 COSTS = {1: 0.012, 2: 0.023, 3: 0.028, 4: 0.030, 5: 0.048, 6: 0.050, 7: 0.058, 8: 0.042,
@@ -133,3 +134,12 @@ def test_of_two_sources_the_one_that_earned_more_goes_first_and_both_keep_learni
         pos += step(q, replace(mine, fallback=near), PASSAGE[pos:]) + 1
     near = Draft(PASSAGE[pos : pos + 4], None, "ngram", "cache/near1")
     assert q.trim(replace(Draft([7], None, "ngram", "ngram/1"), fallback=near), LOOKUP).kind == "cache/near1"
+
+
+def test_a_job_passes_what_its_sequences_learned_of_their_own_kinds_to_the_next() -> None:
+    learned: dict[str, Survival] = {}
+    first = policy(learned=learned)
+    copy_steps(first, 12)
+    second = policy(learned=learned)  # the job's next sequence: a policy of its own, the kinds' record shared
+    k = first.best_k("ngram/4+", "ngram")
+    assert second.best_k("ngram/4+", "ngram") == k > policy().best_k("ngram/4+", "ngram")

@@ -50,6 +50,7 @@ class DraftPolicy:
     def __init__(
         self, k_max: int = 16, fixed: int | None = None, branches: int = 1, costs: PassCosts | None = None,
         shapes: Shapes | None = None, shared: dict[str, Survival] | None = None,
+        learned: dict[str, Survival] | None = None,
     ) -> None:
         self.k_max = k_max
         self.fixed = fixed
@@ -73,11 +74,14 @@ class DraftPolicy:
         # what drafts from earlier requests ("cache/…" kinds) are worth: learned across a job (a batch's sequences,
         # a server's requests, a chat's turns) rather than afresh per request, so ``reset`` keeps it
         self.shared = shared if shared is not None else {}
+        # what the sequence's own lookup kinds are worth: a batch's sequences share it as one sequence's requests
+        # do (a Runtime keeps its policy across generations), where the job passes one
+        self._learned = learned
         self.reset()
 
     def reset(self) -> None:
         """Forget what was learned about drafts (acceptance, a drafter's cost per token); pass costs stay."""
-        self._survival: dict[str, Survival] = {}
+        self._survival: dict[str, Survival] = self._learned if self._learned is not None else {}
         self._draft_cost: dict[str, float] = dict(self._drafter_calibration)  # seconds per drafted token
         self._plain_steps: dict[str, int] = {}
         self._patience: dict[str, int] = {}
