@@ -52,10 +52,13 @@ def test_a_slot_where_earlier_answers_went_different_ways_is_not_drafted() -> No
     text = [2, 53, *TEMPLATE]
     drafter.begin(text)
     assert not drafter.propose(text, 8).kind.startswith("cache/")
-    # two of three agree: no slot, the majority is drafted
+    # two of four agree: no slot, the majority is drafted, as a kind of its own (not every earlier answer agreed)
     history.feed(item(2))
     match = history.view().lookup([*TEMPLATE[-6:]], 16)
-    assert match is not None and not match.varied and match.tokens[0] == 202
+    assert match is not None and not match.varied and match.split and match.tokens[0] == 202
+    text = [2, 53, 999, *TEMPLATE[-6:]]
+    drafter.begin(text)
+    assert drafter.propose(text, 8).kind == "cache/4+~"
 
 
 def keyed(i: int) -> list[int]:
@@ -118,6 +121,7 @@ def test_where_earlier_continuations_forked_the_runner_up_is_a_branch() -> None:
         history.feed(tail)
     match = history.view().lookup([3, 5, 6], 8, width=2)
     assert match is not None and match.tokens == [7, 8, 9, 10, 11, 12] and match.others == [[7, 8, 20, 21, 22, 23]]
+    assert not match.split  # every earlier occurrence went on with 7
     assert history.view().lookup([3, 5, 6], 8).others == []  # one chain unless asked
     drafter = NgramDrafter(history=history.view())
     text = [3, 5, 6]

@@ -164,6 +164,8 @@ class NgramDrafter:
         if match is None:
             return None, False
         bucket = "8+" if match.n >= 8 else "4+" if match.n >= 4 else str(match.n)
+        if match.split:  # the earlier answers went on in more than one way here: a bet of another worth
+            bucket += "~"
         near = None
         if self._cache_anchor is not None:
             at, anchored = self._cache_anchor

@@ -78,6 +78,7 @@ class Match:
     tokens: list[int]
     source: int
     varied: bool = False
+    split: bool = False  # the earlier occurrences did not all go on with the first token drafted
     # where the earlier continuations forked (not a slot: one way has half of them), the runner-up ways, each as a
     # whole candidate (the shared part, then its own), the first fork's first: a token tree's other branches
     others: list[list[int]] = field(default_factory=list)
@@ -232,7 +233,7 @@ def _walk(rows: list[list[int]], starts: list[int], n: int, branches: int = 0) -
     out: list[int] = []
     others: list[list[int]] = []
     count = 0
-    varied = False
+    varied = split = False
     for depth in range(len(rows[0])):
         if len(alive) == 1:
             row = alive[0][0][depth:]
@@ -253,7 +254,7 @@ def _walk(rows: list[list[int]], starts: list[int], n: int, branches: int = 0) -
             varied = depth == 0
             break
         if depth == 0:
-            count = counts[best]
+            count, split = counts[best], len(counts) > 1
         if len(others) < branches and len(counts) > 1:
             second = max((t for t in counts if t != best), key=counts.__getitem__)
             row = next(r for r, _ in alive if r[depth] == second)[depth:]
@@ -264,4 +265,4 @@ def _walk(rows: list[list[int]], starts: list[int], n: int, branches: int = 0) -
         return Match(n, 0, [], starts[alive[0][1][1]], varied=True)
     if not out or not alive:
         return None
-    return Match(n, count, out, starts[alive[0][1][1]], others=others)
+    return Match(n, count, out, starts[alive[0][1][1]], split=split, others=others)
