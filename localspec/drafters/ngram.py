@@ -115,7 +115,7 @@ class NgramDrafter:
         follow = self._follow if self._follow is not None and self._follow < len(self._tokens) else None
         cached, leads = (None, False) if follow is not None or self.history is None else self._from_history(cap, width)
         own = self._own(cap, width, follow)
-        if cached is not None and leads:  # the other source rides along, for where the policy trims the leader away
+        if cached is not None and leads:  # the other rides along: the policy ranks the two by what they earned
             return replace(cached, fallback=own if own.tokens else None)
         if not own.tokens:
             return cached or own

@@ -21,6 +21,7 @@ SERVER_SCOPE = "server"
 _MIN_TOKENS = 8  # a sequence shorter than this teaches nothing worth keeping
 _RECENT_FED = 8  # per scope, the last sequences fed: a conversation that comes back adds only its new part
 _OVERLAP = 16  # tokens of the old part kept before the new one (the longest n-gram indexed)
+_NONE = Shelf()  # what a view of a scope without a shelf reads: nothing
 
 
 def scope_of_key(api_key: str | None) -> str:
@@ -176,22 +177,23 @@ class HistoryView:
     history: History
     scope: str = LOCAL_SCOPE
 
+    @property
+    def shelf(self) -> Shelf:
+        """The scope's shelf, or an empty one (never written to) while the scope has none."""
+        return self.history.shelves.get(self.scope, _NONE)
+
     def lookup(self, tail: Sequence[int], cap: int, width: int = 1) -> Match | None:
-        shelf = self.history.shelves.get(self.scope)
-        return shelf.lookup(tail, cap, width) if shelf is not None else None
+        return self.shelf.lookup(tail, cap, width)
 
     def near(self, tail: Sequence[int], at: int, cap: int, epoch: int) -> Match | None:
-        shelf = self.history.shelves.get(self.scope)
-        return shelf.near(tail, at, cap, epoch) if shelf is not None else None
+        return self.shelf.near(tail, at, cap, epoch)
 
     def continuation(self, at: int, cap: int, epoch: int) -> list[int]:
-        shelf = self.history.shelves.get(self.scope)
-        return shelf.continuation(at, cap, epoch) if shelf is not None else []
+        return self.shelf.continuation(at, cap, epoch)
 
     @property
     def epoch(self) -> int:
-        shelf = self.history.shelves.get(self.scope)
-        return shelf.epoch if shelf is not None else -1
+        return self.shelf.epoch
 
     def feed(self, sequence: Sequence[int]) -> None:
         self.history.feed(sequence, self.scope)
