@@ -9,7 +9,9 @@ with --batch as one batch on BatchRuntime (as `localspec batch` runs a file), dr
 alternate ABBA per round on the same machine, so drift hits both alike. The history is in memory only
 (LOCALSPEC_HISTORY=memory): nothing on disk is read or written. Reported: tok/s of the job's first and second halves
 (generated tokens over decode seconds; a batch's halves by the order its requests finished, over the job's wall
-time) and the ratio new / baseline. Self-contained: only localspec's public runtime classes and the suites.
+time) and the ratio new / baseline, each round's beside the sum. --steps: no A/B, what this checkout's drafts did
+per half (tokens a pass, each draft kind's steps and accepted tokens): where a change shows before its speed does.
+Self-contained: only localspec's public runtime classes and the suites.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ class _Prompt:
         self.prompt, self.max_tokens = prompt, max_tokens
 
 
-def one(suite: str, batch: bool, max_tokens: int | None) -> dict[str, list[float]]:
-    """Run ``suite`` as one job with the localspec on sys.path; tokens and seconds per half."""
+def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
+    """Run ``suite`` as one job with the localspec on sys.path: per half, tokens and seconds, and (``steps``) target
+    passes, drafts from earlier requests drafted / accepted, and per draft kind [steps, accepted, drafted] (one at a
+    time only: a batch's results carry no steps)."""
     from localspec.settings import GenerationSettings, RuntimeSettings, Settings, SpeculationSettings
 
     # read here, not by the package: the baseline's does not know these suites
@@ -40,7 +44,15 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict[str, list[float
                for d in map(json.loads, file.read_text(encoding="utf-8").splitlines()) if d]
     settings = Settings(None, RuntimeSettings(n_ctx=2048), SpeculationSettings(drafter="ngram"))
     cut = len(prompts) // 2
-    out = {"first": [0.0, 0.0], "second": [0.0, 0.0]}
+    out: dict = {"first": [0.0, 0.0], "second": [0.0, 0.0]}
+    steps = {half: {"passes": 0, "cache": [0, 0], "kinds": {}} for half in ("first", "second")}
+    out["steps"] = steps
+
+    def count(half: str, stats: object) -> None:
+        steps[half]["passes"] += stats.target_passes  # type: ignore[attr-defined]
+        steps[half]["cache"][0] += getattr(stats, "cache_drafted", 0)
+        steps[half]["cache"][1] += getattr(stats, "cache_accepted", 0)
+
     if batch:
         from localspec.batch.request import Request
         from localspec.batch.run import run_requests
@@ -52,20 +64,27 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict[str, list[float
             ends = []
             for result in run_requests(rt, requests):
                 ends.append((time.perf_counter() - t0, len(result.tokens)))
+                count("first" if len(ends) <= cut else "second", result.stats)
         # the halves by the order requests finished: the first ``cut`` of them, over the time until the last did
         out["first"] = [sum(n for _, n in ends[:cut]), ends[cut - 1][0]]
         out["second"] = [sum(n for _, n in ends[cut:]), ends[-1][0] - ends[cut - 1][0]]
         return out
-    from localspec.events import Finished
+    from localspec.events import Finished, Step
     from localspec.runtime import Runtime
 
     with Runtime.open(settings) as rt:
         for i, p in enumerate(prompts):
+            name = "first" if i < cut else "second"
             for event in rt.generate(rt.prompt_tokens(p.prompt), GenerationSettings(max_tokens=p.max_tokens)):
+                if isinstance(event, Step) and event.k:
+                    kind = steps[name]["kinds"].setdefault(getattr(event, "kind", "") or event.drafter, [0, 0, 0])
+                    kind[0] += 1
+                    kind[1] += len(event.accepted)
+                    kind[2] += len(event.accepted) + len(event.rejected)
                 if isinstance(event, Finished):
-                    half = out["first" if i < cut else "second"]
-                    half[0] += event.stats.generated_tokens
-                    half[1] += event.stats.decode_seconds
+                    out[name][0] += event.stats.generated_tokens
+                    out[name][1] += event.stats.decode_seconds
+                    count(name, event.stats)
     return out
 
 
@@ -86,10 +105,25 @@ def main() -> None:
     parser.add_argument("--batch", action="store_true")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--steps", action="store_true",
+                        help="no A/B: run each suite once with this checkout (LOCALSPEC_HISTORY as set, else memory) "
+                             "and print, per half, tokens a pass, tok/s, drafts from earlier requests and each kind")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.suite[0], args.batch, args.max_tokens)))
+        return
+    if args.steps:
+        os.environ.setdefault("LOCALSPEC_HISTORY", "memory")
+        for suite in args.suite:
+            got = one(suite, args.batch, args.max_tokens)
+            for half in ("first", "second"):
+                (tokens, seconds), st = got[half], got["steps"][half]
+                print(f"{suite} {half} half: {tokens:.0f} tokens, {st['passes']} passes, "
+                      f"{tokens / max(1, st['passes']):.2f} tokens a pass, {tokens / seconds:.1f} tok/s; "
+                      f"from earlier requests {st['cache'][1]} of {st['cache'][0]} drafted tokens accepted")
+                for kind, (n, acc, drafted) in sorted(st["kinds"].items()):
+                    print(f"  {kind}: {n} steps, {acc} of {drafted} drafted tokens accepted")
         return
     codes = {"baseline": args.baseline, "new": HERE}
     summed = {name: [0.0, 0.0] for name in codes}
