@@ -106,7 +106,7 @@ def test_ngram_with_branches_on_a_repetitive_prompt_is_lossless() -> None:
     got, steps, ctx, _ = generate([NgramDrafter()], prompt, policy, max_tokens=80)
     assert got == plain_greedy(TARGET, prompt, 80)
     assert ctx.tokens == (prompt + got)[:-1]
-    assert any(kind.endswith("×2") for kind in policy._survival)
+    assert any(kind.endswith("×2") for kind in policy.learned)
 
 
 def test_token_tree_merges_shared_prefixes_and_walks_as_the_target_goes() -> None:

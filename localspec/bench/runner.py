@@ -21,7 +21,7 @@ from localspec.bench.compare import BASELINE, Divergence, annotate, logit_gap
 from localspec.bench.records import NEAR_TIE_MARGIN, RunRecord
 from localspec.bench.suite import BenchPrompt, Suite
 from localspec.errors import UserError
-from localspec.events import Finished, Step
+from localspec.events import CACHE_KIND, Finished, Step
 from localspec.settings import BRANCHES_MAX, DRAFTERS, GenerationSettings, SpeculationSettings
 
 if TYPE_CHECKING:
@@ -218,10 +218,12 @@ class Bench:
         # way (batching moves logits)
         rt.fresh(k=k, branches=self.branches if branches is None else branches, clear_cache=True)
         if self.job:
+            # what the job's earlier prompts taught of earlier requests' drafts (not of their own text: fresh)
             policy = rt.generator.policy
-            policy.shared = copy.deepcopy(self._trust.get(drafter, {}))
+            carried = self._trust.get(drafter, {})
+            policy.learned = copy.deepcopy({k: v for k, v in carried.items() if k.startswith(CACHE_KIND)})
             if repeat == 0:
-                self._trust_next[drafter] = policy.shared
+                self._trust_next[drafter] = policy.learned
         tokens: list[int] = []
         pieces: list[str] = []
         finished: Finished | None = None

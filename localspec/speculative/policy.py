@@ -49,8 +49,7 @@ class DraftPolicy:
 
     def __init__(
         self, k_max: int = 16, fixed: int | None = None, branches: int = 1, costs: PassCosts | None = None,
-        shapes: Shapes | None = None, shared: dict[str, Survival] | None = None,
-        learned: dict[str, Survival] | None = None,
+        shapes: Shapes | None = None, learned: dict[str, Survival] | None = None,
     ) -> None:
         self.k_max = k_max
         self.fixed = fixed
@@ -71,17 +70,19 @@ class DraftPolicy:
         self.others: tuple[int, float] = (0, 0.0)
         self.expected = 1.0  # tokens the last chosen draft is expected to emit (its accepted prefix + the target's)
         self._drafter_calibration: dict[str, float] = {}
-        # what drafts from earlier requests ("cache/…" kinds) are worth: learned across a job (a batch's sequences,
-        # a server's requests, a chat's turns) rather than afresh per request, so ``reset`` keeps it
-        self.shared = shared if shared is not None else {}
-        # what the sequence's own lookup kinds are worth: a batch's sequences share it as one sequence's requests
-        # do (a Runtime keeps its policy across generations), where the job passes one
-        self._learned = learned
-        self.reset()
+        # what each kind of draft is worth, learned across a job as one sequence learns it across its generations: a
+        # job of many sequences (a batch, a server's requests of one scope) passes the record they all share
+        self.learned = learned if learned is not None else {}
+        self._fresh()
 
     def reset(self) -> None:
-        """Forget what was learned about drafts (acceptance, a drafter's cost per token); pass costs stay."""
-        self._survival: dict[str, Survival] = self._learned if self._learned is not None else {}
+        """Forget what was learned about the text's drafts (every kind but earlier requests' "cache/…": what they
+        are worth is the job's, not the text's) and a drafter's cost per token; pass costs stay."""
+        for kind in [k for k in self.learned if not k.startswith(CACHE_KIND)]:
+            del self.learned[kind]
+        self._fresh()
+
+    def _fresh(self) -> None:
         self._draft_cost: dict[str, float] = dict(self._drafter_calibration)  # seconds per drafted token
         self._plain_steps: dict[str, int] = {}
         self._patience: dict[str, int] = {}
@@ -290,10 +291,9 @@ class DraftPolicy:
         return best
 
     def _survival_of(self, kind: str) -> Survival:
-        learned = self.shared if kind.startswith(CACHE_KIND) else self._survival
-        survival = learned.get(kind)
+        survival = self.learned.get(kind)
         if survival is None:
-            survival = learned[kind] = Survival()
+            survival = self.learned[kind] = Survival()
         return survival
 
     @property
