@@ -98,6 +98,8 @@ def prompts(suite: str | None = None) -> list[str]:
 SERVERS = {
     "localspec": "localspec serve (drafter auto)",
     "localspec-no-history": "localspec serve drafting from no earlier request (LOCALSPEC_HISTORY=off)",
+    "localspec@DIR": "localspec serve as another checkout's package in DIR has it (git archive COMMIT localspec | "
+                     "tar -x -C DIR); also localspec-no-history@DIR",
     "llama-server": "llama.cpp's llama-server in its fastest greedy configuration (greedy sampling in its graph)",
     "llama-server-ngram": "llama-server with its n-gram speculation (--ngram-args), same configuration",
     "llama-server-defaults": "llama-server with its default sampler chain",
@@ -180,17 +182,22 @@ def _agree(a: str, b: str) -> bool:
 
 
 async def load(base_url: str, key: str, clients: int, turns: int, max_tokens: int, model: str, name: str,
-               suite: str | None = None, items: bool = False) -> Report:
+               suite: str | None = None, items: bool = False, warm_turns: int = 0) -> Report:
     texts = prompts(suite)
     # two clients share each conversation: greedy answers to the same request must agree
     distinct = max(1, clients // 2)
     apis = [api_client(base_url, key) for _ in range(clients)]
+    # with items, each client its own items of the job, one request each: client i takes items i, i + clients, ...
+    mine = [texts[i::clients] or [texts[i % len(texts)]] for i in range(clients)]
     try:
         await warm(apis, model)
+        if items and warm_turns:  # the job's first items, untimed: what a server that has been up holds already
+            await asyncio.gather(*(client(apis[i], i, warm_turns, mine[i][0], i, max_tokens, model, mine[i])
+                                   for i in range(clients)))
+            mine = [m[warm_turns:] or m for m in mine]
         start = time.perf_counter()
-        if items:  # each client its own items of the job, one request each: client i takes items i, i + clients, ...
-            results = await asyncio.gather(*(client(apis[i], i, turns, texts[i % len(texts)], i, max_tokens, model,
-                                                    texts[i::clients] or [texts[i % len(texts)]])
+        if items:
+            results = await asyncio.gather(*(client(apis[i], i, turns, mine[i][0], i, max_tokens, model, mine[i])
                                              for i in range(clients)))
         else:
             results = await asyncio.gather(*(client(apis[i], i, turns, texts[i % distinct % len(texts)],
@@ -242,10 +249,16 @@ def llama_server_binary(args: argparse.Namespace) -> str | None:
 def command(server: str, port: int, args: argparse.Namespace, model: str) -> list[str]:
     """How each server is started: the same threads, parallel sequences and context per sequence for all."""
     threads = str(args.threads or os.cpu_count() or 2)
-    if server in ("localspec", "localspec-no-history"):
-        off = ["env", "LOCALSPEC_HISTORY=off"] if server == "localspec-no-history" else []
-        return [*off, sys.executable, "-m", "localspec", "serve", "--port", str(port), "--parallel", str(args.parallel),
-                "--threads", threads, "--ctx", str(args.ctx), "--queue-timeout", "600"]
+    name, _, code = server.partition("@")
+    if name in ("localspec", "localspec-no-history"):
+        env = ["LOCALSPEC_HISTORY=off"] if name == "localspec-no-history" else []
+        if code:  # another checkout's package (git archive COMMIT localspec | tar -x -C DIR): before/after in one run
+            if not (Path(code) / "localspec" / "__init__.py").is_file():
+                raise FileNotFoundError(f"{server}: {code} holds no localspec package")
+            env.append(f"PYTHONPATH={Path(code).resolve()}")
+        return [*(["env", *env] if env else []), sys.executable, "-m", "localspec", "serve", "--port", str(port),
+                "--parallel", str(args.parallel), "--threads", threads, "--ctx", str(args.ctx), "--queue-timeout",
+                "600"]
     if server.startswith("llama-server") and server in SERVERS:
         binary = llama_server_binary(args)
         if binary is None:
@@ -287,7 +300,7 @@ async def ready(base_url: str, proc: subprocess.Popen[bytes], timeout: float = 3
 def run_server(server: str, clients: int, args: argparse.Namespace) -> Report:
     """Start ``server`` afresh (no cache from another run), load it with ``clients`` clients, stop it."""
     port = free_port()
-    log = Path(f"/tmp/serve_load-{server}-{clients}.log")
+    log = Path(f"/tmp/serve_load-{re.sub(r'[^A-Za-z0-9_.-]', '_', server)}-{clients}.log")
     try:
         cmd = command(server, port, args, model_path())
     except (FileNotFoundError, ValueError) as e:
@@ -305,7 +318,7 @@ def run_server(server: str, clients: int, args: argparse.Namespace) -> Report:
             model = "default" if server.startswith("localspec") else model_path()
             try:
                 return asyncio.run(load(base, "x", clients, args.requests, args.max_tokens, model, server, args.suite,
-                                        args.items))
+                                        args.items, args.warm_turns))
             except Exception as e:  # the warm-up failed: say so in the table, and go on with the other servers
                 return Report(server, clients, clients * args.requests, note=f"failed: {type(e).__name__}: {e}")
         finally:
@@ -375,13 +388,17 @@ def main() -> None:
                     "JSONL file (default: ../shared/bench/prompts.jsonl, else the built-in suite)")
     ap.add_argument("--items", action="store_true", help="each turn a new one-message request of the suite's next "
                     "item (a templated job sent by many clients) instead of a conversation's follow-up")
+    ap.add_argument("--warm-turns", type=int, default=0, help="with --items: each client's first N items sent "
+                    "before the clock starts (a server that has been up: its earlier requests are what it drafts from)")
     args = ap.parse_args()
+    if args.warm_turns and not args.items:
+        ap.error("--warm-turns goes with --items (a conversation's first turns are part of it)")
     reports = []
     for clients in args.clients:
         if args.base_url:
             reports.append(asyncio.run(load(args.base_url, args.api_key, clients, args.requests, args.max_tokens,
                                             "default", re.sub(r"^https?://", "", args.base_url), args.suite,
-                                            args.items)))
+                                            args.items, args.warm_turns)))
             continue
         for server in args.servers.split(","):
             print(f"{server}: {clients} clients x {args.requests} turns ...", file=sys.stderr, flush=True)
