@@ -58,6 +58,8 @@ class Outcome:
     cached: int = 0
     drafted: int = 0
     accepted: int = 0
+    cache_accepted: int = 0  # of the accepted, drafted from earlier requests (localspec's history)
+    passes: int = 0  # the target passes the request's sequence took part in, where the server says
 
 
 @dataclass
@@ -75,6 +77,8 @@ class Report:
     prompt_tokens_cached: int = 0
     drafted: int = 0
     accepted: int = 0
+    cache_accepted: int = 0
+    passes: int = 0
     note: str = ""
     samples: list[str] = field(default_factory=list)
 
@@ -148,6 +152,8 @@ async def client(api: AsyncOpenAI, index: int, turns: int, first: str, conversat
                 if extra.get("timings"):
                     o.drafted = extra["timings"].get("draft_n", 0)
                     o.accepted = extra["timings"].get("draft_n_accepted", 0)
+                    o.cache_accepted = extra["timings"].get("draft_n_cache_accepted", 0)
+                    o.passes = extra["timings"].get("target_passes", 0)
         except Exception as e:  # a load test reports failures, it does not stop at the first
             o.error = f"{type(e).__name__}: {str(e)[:160]}"
         o.seconds = time.perf_counter() - start
@@ -222,6 +228,8 @@ async def load(base_url: str, key: str, clients: int, turns: int, max_tokens: in
     report.prompt_tokens_cached = sum(o.cached for o in outcomes)
     report.drafted = sum(o.drafted for o in outcomes)
     report.accepted = sum(o.accepted for o in outcomes)
+    report.cache_accepted = sum(o.cache_accepted for o in outcomes)
+    report.passes = sum(o.passes for o in outcomes)
     report.samples = sorted({o.error for o in outcomes if o.error})[:3]
     return report
 
@@ -252,10 +260,10 @@ def command(server: str, port: int, args: argparse.Namespace, model: str) -> lis
     name, _, code = server.partition("@")
     if name in ("localspec", "localspec-no-history"):
         env = ["LOCALSPEC_HISTORY=off"] if name == "localspec-no-history" else []
-        if code:  # another checkout's package (git archive COMMIT localspec | tar -x -C DIR): before/after in one run
-            if not (Path(code) / "localspec" / "__init__.py").is_file():
-                raise FileNotFoundError(f"{server}: {code} holds no localspec package")
-            env.append(f"PYTHONPATH={Path(code).resolve()}")
+        # another checkout's package (git archive COMMIT localspec | tar -x -C DIR): before/after in one run. It runs
+        # in DIR (run_server): `python -m` puts the working folder first on sys.path, ahead of PYTHONPATH
+        if code and not (Path(code) / "localspec" / "__init__.py").is_file():
+            raise FileNotFoundError(f"{server}: {code} holds no localspec package")
         return [*(["env", *env] if env else []), sys.executable, "-m", "localspec", "serve", "--port", str(port),
                 "--parallel", str(args.parallel), "--threads", threads, "--ctx", str(args.ctx), "--queue-timeout",
                 "600"]
@@ -306,7 +314,9 @@ def run_server(server: str, clients: int, args: argparse.Namespace) -> Report:
     except (FileNotFoundError, ValueError) as e:
         return Report(server, clients, clients * args.requests, note=str(e))
     with log.open("wb") as err:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        code = server.partition("@")[2]
+        proc = subprocess.Popen(cmd, cwd=Path(code).resolve() if code else ROOT, stdout=subprocess.DEVNULL,
+                                stderr=err)
         try:
             base = f"http://127.0.0.1:{port}/v1"
             try:
@@ -331,7 +341,8 @@ def run_server(server: str, clients: int, args: argparse.Namespace) -> Report:
 
 def table(reports: list[Report]) -> str:
     rows = ["| server | clients | requests | tok/s | TTFT p50 s | TTFT p95 s | errors | lost | mixed | "
-            "cached prompt tokens | accepted / drafted |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "cached prompt tokens | accepted / drafted | of them from earlier requests | tokens a pass |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in reports:
         def s(x: float | None) -> str:
             return "–" if x is None else f"{x:.2f}"
@@ -339,7 +350,8 @@ def table(reports: list[Report]) -> str:
         drafts = f"{r.accepted} / {r.drafted}" if r.drafted else "–"
         rows.append(f"| {r.server} | {r.clients} | {r.requests} | {r.tokens_per_second:.1f} | {s(r.ttft_p50)} | "
                     f"{s(r.ttft_p95)} | {r.errors} | {r.lost} | {r.mixed} | {r.prompt_tokens_cached or '–'} | "
-                    f"{drafts} |" + (f" {r.note}" if r.note else ""))
+                    f"{drafts} | {r.cache_accepted or '–'} | {s(r.tokens / r.passes) if r.passes else '–'} |"
+                    + (f" {r.note}" if r.note else ""))
     return "\n".join(rows)
 
 
