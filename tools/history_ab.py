@@ -10,13 +10,15 @@ alternate ABBA per round on the same machine, so drift hits both alike. The hist
 (LOCALSPEC_HISTORY=memory): nothing on disk is read or written. Reported: tok/s of the job's first and second halves
 (generated tokens over decode seconds; a batch's halves by the order its requests finished, over the job's wall
 time) and the ratio new / baseline, each round's beside the sum. --steps: no A/B, what this checkout's drafts did
-per half (tokens a pass, each draft kind's steps and accepted tokens): where a change shows before its speed does.
+per half (tokens a pass, each draft kind's steps and accepted tokens; with --batch, the scheduler's passes and rows
+over the job): where a change shows before its speed does.
 Self-contained: only localspec's public runtime classes and the suites.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -58,16 +60,23 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
         from localspec.batch.run import run_requests
         from localspec.runtime import BatchRuntime
 
+        # the scheduler's passes and rows, where the code counts them (not a baseline's that cannot)
+        passes = None
+        if "stats" in inspect.signature(run_requests).parameters:
+            from localspec.speculative.scheduler import PassStats
+
+            passes = PassStats()
         with BatchRuntime.open(settings, None, jobs=len(prompts)) as rt:
             requests = [Request(str(i), prompt=p.prompt, max_tokens=p.max_tokens) for i, p in enumerate(prompts)]
             t0 = time.perf_counter()
             ends = []
-            for result in run_requests(rt, requests):
+            for result in run_requests(rt, requests, **({"stats": passes} if passes is not None else {})):
                 ends.append((time.perf_counter() - t0, len(result.tokens)))
                 count("first" if len(ends) <= cut else "second", result.stats)
         # the halves by the order requests finished: the first ``cut`` of them, over the time until the last did
         out["first"] = [sum(n for _, n in ends[:cut]), ends[cut - 1][0]]
         out["second"] = [sum(n for _, n in ends[cut:]), ends[-1][0] - ends[cut - 1][0]]
+        out["batch"] = [passes.passes, passes.rows] if passes is not None else None
         return out
     from localspec.events import Finished, Step
     from localspec.runtime import Runtime
@@ -124,6 +133,11 @@ def main() -> None:
                       f"from earlier requests {st['cache'][1]} of {st['cache'][0]} drafted tokens accepted")
                 for kind, (n, acc, drafted) in sorted(st["kinds"].items()):
                     print(f"  {kind}: {n} steps, {acc} of {drafted} drafted tokens accepted")
+            if got.get("batch"):
+                n, rows = got["batch"]
+                tokens = got["first"][0] + got["second"][0]
+                print(f"{suite} as one batch: {n} passes, {rows / max(1, n):.1f} rows and "
+                      f"{tokens / max(1, n):.1f} tokens a pass")
         return
     codes = {"baseline": args.baseline, "new": HERE}
     summed = {name: [0.0, 0.0] for name in codes}
