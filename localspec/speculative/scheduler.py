@@ -336,7 +336,7 @@ class Scheduler:
         lands (filler, worth nothing, rounds a pass up where that costs less). A pinned k, a tree or a model's
         draft keeps its rows. Returns the rows."""
         free = [f for f in planned if f.plan is not None and f.plan.parents is None and f.generator.drafters
-                and f.generator.policy.fixed is None and f.plan.draft.dists is None and f.room > 0]
+                and all(d.lookup for d in f.generator.drafters) and f.generator.policy.fixed is None and f.room > 0]
         if not free:
             return rows
         base = rows - sum(len(f.plan.rows) - 1 for f in free if f.plan is not None)
