@@ -249,28 +249,3 @@ def test_a_conversation_that_comes_back_takes_the_lane_that_kept_it_and_reuses_i
     assert prefill.new_tokens <= 4  # only the new message (and the answer's last token) was computed
     got = [t.id for _, e in events if isinstance(e, Step) for t in e.emitted]
     assert got == alone(turn2, "none", GenerationSettings(max_tokens=5), SamplingSettings())
-
-
-@pytest.mark.parametrize("temperature", [0.0, 0.9])
-def test_a_pass_lands_on_a_size_the_device_computes_cheaply(temperature: float) -> None:
-    # a CPU whose kernels take rows four at a time: 7 rows cost more than 8, 9 more than 12 (docs/performance.md)
-    curve = {n: 1e-3 * (1 + 0.25 * (4 * -(-n // 4) - 1)) + (2e-3 if n % 4 else 0.0) for n in range(1, 129)}
-    prompts = [[(7 * i + 3 * j) % 40 + 1 for j in range(12)] for i in range(7)]  # little for a lookup to copy
-    lanes = ToyLanes(TARGET, 7, max_rows=128)
-    costs = PassCosts(dict(curve))
-
-    def make(target: Target, job: Job) -> Generator:
-        return Generator(target, TARGET, [NgramDrafter()], job.sampling,  # type: ignore[arg-type]
-                         DraftPolicy(k_max=8, costs=costs))
-
-    jobs = [Job(p, GenerationSettings(max_tokens=24), SamplingSettings(temperature=temperature, seed=i))
-            for i, p in enumerate(prompts)]
-    events = list(Scheduler(lanes, make, costs).run(jobs))
-    wide = [rows for rows in lanes.rows if rows > 4]  # the passes all seven sequences decode in
-    assert wide and sum(rows % 4 == 0 for rows in wide) >= 0.9 * len(wide), wide
-    got = {id(job): [] for job in jobs}
-    for job, e in events:
-        if isinstance(e, Step):
-            got[id(job)].extend(t.id for t in e.emitted)
-    for job in jobs:  # filler and cut drafts change no text (a sampled one-hot draft: the position's own draws)
-        assert got[id(job)] == alone(job.prompt, "ngram", job.settings, job.sampling)

@@ -127,11 +127,11 @@ class Generator:
         return self._laid_out(draft, history)
 
     def widen(self, plan: Plan, history: list[int], depth: int, room: int) -> Plan:
-        """``plan`` with its draft sized to ``depth`` tokens (cut, or padded), at most ``room``: a batch chooses its
-        pass's rows (scheduler.py). A sequence without drafters is never padded: it verifies nothing."""
+        """``plan`` with its draft padded to ``depth`` tokens, at most ``room``: a batch keeps its pass's size
+        (scheduler.py). A sequence without drafters is never padded: it verifies nothing."""
         if not self.drafters:
             return plan
-        draft = self.policy.fit(plan.draft, history, room, depth)
+        draft = self.policy.pad(plan.draft, history, room, depth)
         return plan if draft is plan.draft else self._laid_out(draft, history)
 
     @staticmethod

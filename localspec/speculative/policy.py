@@ -181,7 +181,7 @@ class DraftPolicy:
         model's greedy draft that stopped short (--p-min) with filler (a sampled one is left as drawn). Elsewhere,
         and in a batch until the scheduler says how far: ``draft`` as is. One sequence's step is counted here too,
         with or without a proposal (Depths' clock)."""
-        if depth is None and (self.depths is None or self.in_batch):
+        if self.depths is None or (self.in_batch and depth is None):
             return draft
         lookup = not draft.tokens or draft is self._trimmed
         made = self._proposal  # this step's lookup proposal (``trim`` counted the step)
@@ -200,24 +200,6 @@ class DraftPolicy:
         if lookup:  # learned in hindsight (its proposal), or filler: never as a draft of its own
             self._trimmed = padded
         return padded
-
-    def offers(self, room: int) -> list[float]:
-        """In a batch, what each token of this step's lookup proposal (its draft, then what trimming left out) is
-        expected to add: the chance it and every token before it are accepted, as far as ``room``. Non-increasing:
-        the scheduler takes the most valuable of every sequence's offers (Scheduler._balance)."""
-        draft = self._trimmed
-        if draft is None or not self._proposal:
-            return []
-        n = min(len(self._proposal), room, self.k_max)
-        expected = self._survival_of(draft.kind).expected_accepted(n)
-        return [expected[j + 1] - expected[j] for j in range(n)]
-
-    def fit(self, draft: Draft, history: Sequence[int], room: int, depth: int) -> Draft:
-        """``draft`` as a batch's scheduler sized it: a lookup's cut to ``depth`` tokens, or filled up to it."""
-        if len(draft) > depth and draft is self._trimmed:  # still learned in hindsight, whole (``trim``)
-            self._trimmed = draft.trimmed(depth)
-            return self._trimmed
-        return self.pad(draft, history, room, depth)
 
     def _depth(self, draft: Draft | None = None) -> int:
         """Draft tokens in this step's pass, on a device with pass shapes: the kept size, less the pending row, or,

@@ -7,9 +7,7 @@ roll back, emit, exactly as ``Generator.step`` does for one. When a sequence end
 
 What the policy decides here: a draft is priced as what it adds to the whole pass (``DraftPolicy.others``), on the
 one cost curve the sequences share, so where a pass of more rows costs a lot more (an H100 past 8 rows) the drafts
-shrink to none, and where there are few sequences left they grow again. Then the pass is sized as a whole: on a
-device with pass shapes (a GPU) padded up to a size it keeps (``_fill``); elsewhere (a CPU) to the size whose expected
-tokens a second are highest, taking the most valuable tokens of every sequence's proposal (``_balance``).
+shrink to none, and where there are few sequences left they grow again.
 
 A prompt is prefilled in chunks that share passes with the running sequences, so none of them waits for a long
 prompt much longer than one pass (``prefill_chunk``, see ``PREFILL_CHUNK``); with no sequence decoding, a chunk
@@ -264,8 +262,6 @@ class Scheduler:
             planned.append(f)
         if shapes.active and planned:
             rows_before = self._fill(planned, shapes, rows_before)
-        elif planned:
-            rows_before = self._balance(planned, rows_before)
         parts = [Part(f.lane, f.plan.rows, "ids" if f.job.sampling.greedy else "logits") for f in planned
                  if f.plan is not None]
         prefilling = self._prefill_parts(live, rows_before, bool(planned))
@@ -326,48 +322,6 @@ class Scheduler:
                 f.plan = f.generator.widen(f.plan, f.run.history, depth[id(f)], f.room)
         self._size = sum(len(f.plan.rows) for f in planned if f.plan is not None)
         return self._size
-
-    def _balance(self, planned: list[_Flight], rows: int) -> int:
-        """On a device without pass shapes (a CPU), the pass's draft rows chosen for the pass as a whole: every
-        sequence's lookup offers its proposal's tokens, each worth the chance that it and all before it are
-        accepted; the pass takes the most valuable, as many as make the most expected tokens a second on the cost
-        curve. A sequence alone cannot see it: on a CPU whose kernels take rows four at a time a pass of 8 rows
-        costs less than one of 7, and 12 less than 9, so whether a token pays depends on where the pass's size
-        lands (filler, worth nothing, rounds a pass up where that costs less). A pinned k, a tree or a model's
-        draft keeps its rows. Returns the rows."""
-        free = [f for f in planned if f.plan is not None and f.plan.parents is None and f.generator.drafters
-                and all(d.lookup for d in f.generator.drafters) and f.generator.policy.fixed is None and f.room > 0]
-        if not free:
-            return rows
-        base = rows - sum(len(f.plan.rows) - 1 for f in free if f.plan is not None)
-        chosen = {id(f) for f in free}
-        tokens = sum(f.last[1] for f in planned if id(f) not in chosen) + len(free)
-        offers: list[tuple[float, int, int]] = []  # (worth, position, flight)
-        for i, f in enumerate(free):
-            policy = f.generator.policy
-            worth = policy.offers(f.room)
-            worth += [0.0] * (min(f.room, policy.k_max) - len(worth))
-            offers += [(w, j, i) for j, w in enumerate(worth)]
-        # most valuable first; each sequence's worth never rises with depth, so it is taken in order; filler
-        # (equal worth) is spread over the sequences, shallowest first
-        offers.sort(key=lambda o: (-o[0], o[1]))
-        offers = offers[: max(0, self.lanes.max_rows - base)]
-        best, best_rate, total = 0, tokens / self.costs(base), float(tokens)
-        for m, (w, _, _) in enumerate(offers, 1):
-            total += w
-            rate = total / self.costs(base + m)
-            if rate > best_rate:
-                best, best_rate = m, rate
-        depth = [0] * len(free)
-        worth_taken = [0.0] * len(free)
-        for w, _, i in offers[:best]:
-            depth[i] += 1
-            worth_taken[i] += w
-        for f, d, w in zip(free, depth, worth_taken, strict=True):
-            assert f.plan is not None
-            f.plan = f.generator.widen(f.plan, f.run.history, d, f.room)
-            f.last = (len(f.plan.rows), 1.0 + w)
-        return base + sum(len(f.plan.rows) - 1 for f in free if f.plan is not None)
 
     def _prefill_parts(
         self, live: list[_Flight], rows: int, decoding: bool
