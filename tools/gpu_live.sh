@@ -62,7 +62,8 @@ if has h; then
   ab="$py tools/history_ab.py --baseline ${AT:-bench-out/ab}"
   timed history-one 120 $ab --suite template-emails --suite tool-calls
   timed history-batch 80 $ab --batch --suite template-emails --suite tool-calls
-  timed serve-history 100 $py tools/serve_load.py --servers localspec-no-history,localspec,localspec,localspec-no-history \
+  base=${AT:-bench-out/ab}  # the goal's baseline itself (a server run from its package), not this code's history off
+  timed serve-history 100 $py tools/serve_load.py --servers "localspec@$base,localspec,localspec,localspec@$base" \
     --suite template-emails --items --clients 8 --requests 3
   timed history-more 90 $ab --suite code-boilerplate --suite multi-turn
   timed history-default 60 $ab --suite default
