@@ -114,3 +114,28 @@ def test_the_built_llama_server_knows_every_flag_the_load_test_passes():
     assert "--backend-sampling" in cmd
     for flag in (c for c in cmd[1:] if c.startswith("--")):
         assert flag in helptext, flag
+
+
+def test_localspec_at_a_folder_runs_that_folders_package(tmp_path):
+    package = tmp_path / "localspec"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text("print('the other checkout')\n")
+    server = f"localspec@{tmp_path}"
+    cmd = sl.command(server, 8001, _args(), "m.gguf")
+    assert cmd == sl.command("localspec", 8001, _args(), "m.gguf")  # started alike; only where it runs differs
+    # the package it imports is DIR's, not this checkout's (nor the editable install's)
+    done = subprocess.run([sys.executable, "-m", "localspec"], cwd=sl.workdir(server), capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.strip() == "the other checkout"
+    assert sl.workdir("localspec") == sl.ROOT
+    with pytest.raises(FileNotFoundError, match="holds no localspec package"):
+        sl.command(f"localspec@{tmp_path / 'nothing'}", 8001, _args(), "m.gguf")
+
+
+def test_warm_turns_go_with_a_templated_job(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["serve_load.py", "--warm-turns", "1", "--servers", "localspec"])
+    with pytest.raises(SystemExit) as exit_:
+        sl.main()
+    assert exit_.value.code == 2
+    assert "--warm-turns goes with --items" in capsys.readouterr().err

@@ -290,6 +290,13 @@ def command(server: str, port: int, args: argparse.Namespace, model: str) -> lis
     return cmd
 
 
+def workdir(server: str) -> Path:
+    """Where ``server`` runs: DIR for localspec@DIR (``python -m`` imports from its working folder first, ahead of
+    PYTHONPATH), else this checkout."""
+    code = server.partition("@")[2]
+    return Path(code).resolve() if code else ROOT
+
+
 async def ready(base_url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
     api = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=5)
     deadline = time.monotonic() + timeout
@@ -314,9 +321,7 @@ def run_server(server: str, clients: int, args: argparse.Namespace) -> Report:
     except (FileNotFoundError, ValueError) as e:
         return Report(server, clients, clients * args.requests, note=str(e))
     with log.open("wb") as err:
-        code = server.partition("@")[2]
-        proc = subprocess.Popen(cmd, cwd=Path(code).resolve() if code else ROOT, stdout=subprocess.DEVNULL,
-                                stderr=err)
+        proc = subprocess.Popen(cmd, cwd=workdir(server), stdout=subprocess.DEVNULL, stderr=err)
         try:
             base = f"http://127.0.0.1:{port}/v1"
             try:
