@@ -211,8 +211,12 @@ class Shelf:
         ``epoch``."""
         if epoch != self.epoch or at >= len(self.tokens):
             return []
-        out = self.tokens[at : at + cap].tolist()
-        return out[: out.index(SEP)] if SEP in out else out
+        return _to_end(self.tokens[at : at + cap].tolist())
+
+
+def _to_end(row: list[int]) -> list[int]:
+    """``row`` up to the end of its sequence (the separator before the next one)."""
+    return row[: row.index(SEP)] if SEP in row else row
 
 
 def _walk(rows: list[list[int]], starts: list[int], n: int, branches: int = 0) -> Match | None:
@@ -236,8 +240,7 @@ def _walk(rows: list[list[int]], starts: list[int], n: int, branches: int = 0) -
     varied = split = False
     for depth in range(len(rows[0])):
         if len(alive) == 1:
-            row = alive[0][0][depth:]
-            out += row[: row.index(SEP)] if SEP in row else row
+            out += _to_end(list(alive[0][0][depth:]))
             if depth == 0:
                 count = alive[0][1][0]
             break
@@ -257,8 +260,7 @@ def _walk(rows: list[list[int]], starts: list[int], n: int, branches: int = 0) -
             count, split = counts[best], len(counts) > 1
         if len(others) < branches and len(counts) > 1:
             second = max((t for t in counts if t != best), key=counts.__getitem__)
-            row = next(r for r, _ in alive if r[depth] == second)[depth:]
-            others.append(out + list(row[: row.index(SEP)] if SEP in row else row))
+            others.append(out + _to_end(list(next(r for r, _ in alive if r[depth] == second)[depth:])))
         out.append(best)
         alive = [a for a in alive if a[0][depth] == best]
     if varied:
