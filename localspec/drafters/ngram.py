@@ -113,21 +113,24 @@ class NgramDrafter:
         if cap <= 0:
             return Draft(drafter=self.name)
         follow = self._follow if self._follow is not None and self._follow < len(self._tokens) else None
-        cached, leads = (None, False) if follow is not None or self.history is None else self._from_history(cap, width)
-        own = self._own(cap, width, follow)
+        # the own text's longest matches, looked up once for both sources (the history's compares its match with them)
+        mine = self._matches(1 if width == 1 else 2 * width) if follow is None or width > 1 else []
+        cached, leads = (None, False) if follow is not None or self.history is None \
+            else self._from_history(cap, width, mine)
+        own = self._own(cap, width, follow, mine)
         if cached is not None and leads:  # the other rides along: the policy ranks the two by what they earned
             return replace(cached, fallback=own if own.tokens else None)
         if not own.tokens:
             return cached or own
         return replace(own, fallback=cached)
 
-    def _own(self, cap: int, width: int, follow: int | None) -> Draft:
-        """The sequence's own proposal: from ``follow`` (after a fully accepted draft), else its longest matches."""
+    def _own(self, cap: int, width: int, follow: int | None, mine: list[tuple[int, int]]) -> Draft:
+        """The sequence's own proposal: from ``follow`` (after a fully accepted draft), else its longest matches
+        (``mine``: ``_matches``)."""
         tokens = self._tokens
         sources = [(follow, f"{self.name}/follow")] if follow is not None else []
         if not sources or width > 1:
-            sources += [(start, f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}")
-                        for start, n in self._matches(1 if width == 1 else 2 * width)]
+            sources += [(start, f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}") for start, n in mine]
         candidates: list[list[int]] = []
         first_kind = ""
         for start, kind in sources:
@@ -145,7 +148,7 @@ class NgramDrafter:
             return Draft(drafter=self.name)
         return Draft(candidates[0], None, self.name, first_kind, tuple(candidates[1:]))
 
-    def _from_history(self, cap: int, width: int) -> tuple[Draft | None, bool]:
+    def _from_history(self, cap: int, width: int, mine: list[tuple[int, int]]) -> tuple[Draft | None, bool]:
         """A draft from earlier requests (None: nothing matched), and whether it leads: where it matches longer than
         the sequence's own text (or as long, with a continuation that followed more often), or where the last one
         was accepted whole. Where earlier answers went different ways (a template's slot: a name, a number) no
@@ -176,10 +179,9 @@ class NgramDrafter:
         self._cache_source, self._cache_matched = (match.source, epoch), match.n
         if slot:
             return None, False
-        mine = self._matches(1)  # the own longest match's occurrences, most recent first
-        own = mine[0][1] if mine else 0
-        # how many of them went on as the most recent one did: the own source's support at a tie
-        support = sum(tokens[s] == tokens[mine[0][0]] for s, _ in mine) if mine else 0
+        own = mine[0][1] if mine else 0  # the own longest match (``mine``: most recent first)
+        # how many of its occurrences went on as the most recent one did: the own source's support at a tie
+        support = sum(tokens[s] == tokens[mine[0][0]] for s, m in mine if m == own) if mine else 0
         n = min(match.n, self.max_n)  # the own index sees no further than max_n: compare like with like
         leads = n > own or (n == own and (match is near or match.count > support))
         # where earlier continuations forked, the runner-up ways ride along: the loop may verify them as a tree
