@@ -21,8 +21,9 @@ from localspec.bench.compare import BASELINE, Divergence, annotate, logit_gap
 from localspec.bench.records import NEAR_TIE_MARGIN, RunRecord
 from localspec.bench.suite import BenchPrompt, Suite
 from localspec.errors import UserError
-from localspec.events import CACHE_KIND, Finished, Step
+from localspec.events import Finished, Step
 from localspec.settings import BRANCHES_MAX, DRAFTERS, GenerationSettings, SpeculationSettings
+from localspec.speculative.policy import carried
 
 if TYPE_CHECKING:
     from localspec.runtime import Runtime
@@ -220,8 +221,7 @@ class Bench:
         if self.job:
             # what the job's earlier prompts taught of earlier requests' drafts (not of their own text: fresh)
             policy = rt.generator.policy
-            carried = self._trust.get(drafter, {})
-            policy.learned = copy.deepcopy({k: v for k, v in carried.items() if k.startswith(CACHE_KIND)})
+            policy.learned = copy.deepcopy(carried(self._trust.get(drafter, {})))
             if repeat == 0:
                 self._trust_next[drafter] = policy.learned
         tokens: list[int] = []

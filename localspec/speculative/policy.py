@@ -78,8 +78,9 @@ class DraftPolicy:
     def reset(self) -> None:
         """Forget what was learned about the text's drafts (every kind but earlier requests' "cache/…": what they
         are worth is the job's, not the text's) and a drafter's cost per token; pass costs stay."""
-        for kind in [k for k in self.learned if not k.startswith(CACHE_KIND)]:
-            del self.learned[kind]
+        kept = carried(self.learned)
+        self.learned.clear()  # in place: a job's sequences may share the record
+        self.learned.update(kept)
         self._fresh()
 
     def _fresh(self) -> None:
@@ -379,6 +380,11 @@ class DraftPolicy:
     def plain_seconds_per_token(self) -> float:
         """What one plain decoding step costs on the corrected curve (0 before anything was measured)."""
         return self.costs(1) if self.costs.known() else 0.0
+
+
+def carried(learned: Mapping[str, Survival]) -> dict[str, Survival]:
+    """What a new text keeps of a record of kinds: earlier requests' ("cache/…"), the job's worth, not the text's."""
+    return {kind: survival for kind, survival in learned.items() if kind.startswith(CACHE_KIND)}
 
 
 def _wide(kind: str, width: int) -> str:
