@@ -282,8 +282,8 @@ class BatchRuntime(Prompts):
     shapes: Shapes = field(default_factory=Shapes)  # the pass sizes this device keeps (a GPU's CUDA graphs)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
     history: History | None = None  # earlier requests' tokens, per scope (None: off)
-    # what each kind of draft is worth, learned across the job's sequences as one sequence's generations learn it,
-    # per scope (DraftPolicy.learned)
+    # what earlier requests' drafts are worth, learned across the job's sequences as one sequence's generations learn
+    # it, per scope (DraftPolicy.shared; each sequence learns its own text's kinds alone)
     trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -336,7 +336,7 @@ class BatchRuntime(Prompts):
         view = self.history.view(job.scope) if self.history is not None else None
         drafters = lookup_drafters(speculation.drafter, view) or []
         policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs,
-                             shapes=self.shapes, learned=self.trust.setdefault(job.scope, {}))
+                             shapes=self.shapes, shared=self.trust.setdefault(job.scope, {}))
         generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
         if view is not None:
             generator.on_end = view.feed

@@ -39,11 +39,11 @@ def step(p: DraftPolicy, proposal: Draft, truth: list[int]) -> int:
     return accepted
 
 
-def copy_steps(p: DraftPolicy, steps: int) -> None:
+def copy_steps(p: DraftPolicy, steps: int, kind: str = "ngram/4+") -> None:
     """Steps of a lookup that copies PASSAGE correctly, proposing 16 tokens each time."""
     pos = 0
     for _ in range(steps):
-        pos += step(p, Draft(PASSAGE[pos : pos + 16], None, "ngram", "ngram/4+"), PASSAGE[pos:]) + 1
+        pos += step(p, Draft(PASSAGE[pos : pos + 16], None, "ngram", kind), PASSAGE[pos:]) + 1
 
 
 def test_hindsight_on_whole_proposals_earns_long_drafts() -> None:
@@ -136,10 +136,14 @@ def test_of_two_sources_the_one_that_earned_more_goes_first_and_both_keep_learni
     assert q.trim(replace(Draft([7], None, "ngram", "ngram/1"), fallback=near), LOOKUP).kind == "cache/near1"
 
 
-def test_a_job_passes_what_its_sequences_learned_of_their_own_kinds_to_the_next() -> None:
-    learned: dict[str, Survival] = {}
-    first = policy(learned=learned)
+def test_a_job_passes_what_its_sequences_learned_of_earlier_requests_and_keeps_their_own_kinds_apart() -> None:
+    shared: dict[str, Survival] = {}
+    first = policy(shared=shared)
     copy_steps(first, 12)
-    second = policy(learned=learned)  # the job's next sequence: a policy of its own, the kinds' record shared
-    k = first.best_k("ngram/4+", "ngram")
-    assert second.best_k("ngram/4+", "ngram") == k > policy().best_k("ngram/4+", "ngram")
+    copy_steps(first, 12, "cache/4+")
+    second = policy(shared=shared)  # the job's next sequence: a policy of its own, earlier requests' record shared
+    k = first.best_k("cache/4+", "ngram")
+    assert second.best_k("cache/4+", "ngram") == k > policy().best_k("cache/4+", "ngram")
+    # a code prompt's long matches say nothing of a chat prompt's: the own kinds stay the sequence's
+    assert first.best_k("ngram/4+", "ngram") > second.best_k("ngram/4+", "ngram") == policy().best_k("ngram/4+", "ngram")
+    assert set(shared) == {"cache/4+"}

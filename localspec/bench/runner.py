@@ -23,7 +23,6 @@ from localspec.bench.suite import BenchPrompt, Suite
 from localspec.errors import UserError
 from localspec.events import Finished, Step
 from localspec.settings import BRANCHES_MAX, DRAFTERS, GenerationSettings, SpeculationSettings
-from localspec.speculative.policy import carried
 
 if TYPE_CHECKING:
     from localspec.runtime import Runtime
@@ -221,9 +220,9 @@ class Bench:
         if self.job:
             # what the job's earlier prompts taught of earlier requests' drafts (not of their own text: fresh)
             policy = rt.generator.policy
-            policy.learned = copy.deepcopy(carried(self._trust.get(drafter, {})))
+            policy.shared = copy.deepcopy(self._trust.get(drafter, {}))
             if repeat == 0:
-                self._trust_next[drafter] = policy.learned
+                self._trust_next[drafter] = policy.shared
         tokens: list[int] = []
         pieces: list[str] = []
         finished: Finished | None = None

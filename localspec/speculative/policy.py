@@ -49,7 +49,7 @@ class DraftPolicy:
 
     def __init__(
         self, k_max: int = 16, fixed: int | None = None, branches: int = 1, costs: PassCosts | None = None,
-        shapes: Shapes | None = None, learned: dict[str, Survival] | None = None,
+        shapes: Shapes | None = None, shared: dict[str, Survival] | None = None,
     ) -> None:
         self.k_max = k_max
         self.fixed = fixed
@@ -70,17 +70,17 @@ class DraftPolicy:
         self.others: tuple[int, float] = (0, 0.0)
         self.expected = 1.0  # tokens the last chosen draft is expected to emit (its accepted prefix + the target's)
         self._drafter_calibration: dict[str, float] = {}
-        # what each kind of draft is worth, learned across a job as one sequence learns it across its generations: a
-        # job of many sequences (a batch, a server's requests of one scope) passes the record they all share
-        self.learned = learned if learned is not None else {}
+        # what each kind of draft is worth: earlier requests' kinds ("cache/…") in the job's record, which a job of
+        # many sequences (a batch, a server's requests of one scope) shares; the text's own kinds in the sequence's
+        # (a code prompt's "ngram/4+" is not a chat prompt's: shared, a mixed batch drafted 10% fewer tokens a second)
+        self.shared = shared if shared is not None else {}
+        self.learned: dict[str, Survival] = {}
         self._fresh()
 
     def reset(self) -> None:
-        """Forget what was learned about the text's drafts (every kind but earlier requests' "cache/…": what they
-        are worth is the job's, not the text's) and a drafter's cost per token; pass costs stay."""
-        kept = carried(self.learned)
-        self.learned.clear()  # in place: a job's sequences may share the record
-        self.learned.update(kept)
+        """Forget what was learned about the text's own drafts and a drafter's cost per token; what earlier
+        requests' drafts are worth (the job's) and pass costs stay."""
+        self.learned = {}
         self._fresh()
 
     def _fresh(self) -> None:
@@ -292,9 +292,10 @@ class DraftPolicy:
         return best
 
     def _survival_of(self, kind: str) -> Survival:
-        survival = self.learned.get(kind)
+        record = self.shared if kind.startswith(CACHE_KIND) else self.learned
+        survival = record.get(kind)
         if survival is None:
-            survival = self.learned[kind] = Survival()
+            survival = record[kind] = Survival()
         return survival
 
     @property
@@ -380,11 +381,6 @@ class DraftPolicy:
     def plain_seconds_per_token(self) -> float:
         """What one plain decoding step costs on the corrected curve (0 before anything was measured)."""
         return self.costs(1) if self.costs.known() else 0.0
-
-
-def carried(learned: Mapping[str, Survival]) -> dict[str, Survival]:
-    """What a new text keeps of a record of kinds: earlier requests' ("cache/…"), the job's worth, not the text's."""
-    return {kind: survival for kind, survival in learned.items() if kind.startswith(CACHE_KIND)}
 
 
 def _wide(kind: str, width: int) -> str:
