@@ -47,13 +47,17 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
     settings = Settings(None, RuntimeSettings(n_ctx=2048), SpeculationSettings(drafter="ngram"))
     cut = len(prompts) // 2
     out: dict = {"first": [0.0, 0.0], "second": [0.0, 0.0]}
-    steps = {half: {"passes": 0, "cache": [0, 0], "kinds": {}} for half in ("first", "second")}
+    # host: seconds drafting, and seconds of the loop's own Python (decoding time less verifying and drafting)
+    steps = {half: {"passes": 0, "cache": [0, 0], "kinds": {}, "host": [0.0, 0.0]} for half in ("first", "second")}
     out["steps"] = steps
 
     def count(half: str, stats: object) -> None:
         steps[half]["passes"] += stats.target_passes  # type: ignore[attr-defined]
         steps[half]["cache"][0] += getattr(stats, "cache_drafted", 0)
         steps[half]["cache"][1] += getattr(stats, "cache_accepted", 0)
+        draft, verify = getattr(stats, "draft_seconds", 0.0), getattr(stats, "verify_seconds", 0.0)
+        steps[half]["host"][0] += draft
+        steps[half]["host"][1] += max(0.0, stats.decode_seconds - verify - draft)  # type: ignore[attr-defined]
 
     if batch:
         from localspec.batch.request import Request
@@ -131,6 +135,9 @@ def main() -> None:
                 print(f"{suite} {half} half: {tokens:.0f} tokens, {st['passes']} passes, "
                       f"{tokens / max(1, st['passes']):.2f} tokens a pass, {tokens / seconds:.1f} tok/s; "
                       f"from earlier requests {st['cache'][1]} of {st['cache'][0]} drafted tokens accepted")
+                if not args.batch:  # a batch's sequences share their passes: per pass, its host time is the scheduler's
+                    draft, other = (1e6 * x / max(1, st["passes"]) for x in st["host"])
+                    print(f"  host a pass: drafting {draft:.0f} µs, the rest of the loop {other:.0f} µs")
                 for kind, (n, acc, drafted) in sorted(st["kinds"].items()):
                     print(f"  {kind}: {n} steps, {acc} of {drafted} drafted tokens accepted")
             if got.get("batch"):
