@@ -6,7 +6,6 @@ everything opened is closed in reverse order when the runtime is closed.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -286,9 +285,6 @@ class BatchRuntime(Prompts):
     # what earlier requests' drafts are worth, learned across the job's sequences as one sequence's generations learn
     # it, per scope (DraftPolicy.shared; each sequence learns its own text's kinds alone)
     trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
-    # what the scope's last finished sequence learned of its own text's kinds: a new sequence starts from it, then
-    # learns alone (live, a mixed batch's code and chat prompts would blur each other's; a template's items agree)
-    seeds: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(
@@ -341,15 +337,9 @@ class BatchRuntime(Prompts):
         drafters = lookup_drafters(speculation.drafter, view) or []
         policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs,
                              shapes=self.shapes, shared=self.trust.setdefault(job.scope, {}))
-        policy.learned = copy.deepcopy(self.seeds.get(job.scope, {}))
         generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
-
-        def ended(history: list[int]) -> None:
-            self.seeds[job.scope] = policy.learned
-            if view is not None:
-                view.feed(history)
-
-        generator.on_end = ended
+        if view is not None:
+            generator.on_end = view.feed
         return generator
 
     def close(self) -> None:
