@@ -18,7 +18,7 @@ from localspec.cli import app
 from localspec.drafters.ngram import NgramDrafter
 from localspec.history import History
 from localspec.history.disk import FORMAT, history_path, read, write
-from localspec.history.store import Shelf
+from localspec.history.store import NS, Shelf, suffix_hashes
 from tests.conftest import ROOT, assert_one_line_error
 
 TEMPLATE = [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111]
@@ -79,6 +79,13 @@ def test_after_a_slot_the_template_goes_on_where_the_earlier_answer_was_followed
     assert view.near([69, 5], 6, 8, epoch).tokens[:1] == [30]  # the nearest after the place, never before it
     assert view.near([69, 5], 12, 8, epoch) is None  # only within the same answer
     assert view.near([69, 5], first_value, 8, epoch + 1) is None  # positions of another epoch
+    # a step folds the suffix's hashes once for both searches, and ``near`` looks no longer than the lookup matched
+    tail = [1, 2, 3, 10, 69, 5]
+    hashes = suffix_hashes(tail, NS[-1])
+    match = view.lookup(tail, 8, hashes=hashes)
+    assert match == view.lookup(tail, 8) and match is not None and match.n == 1  # 69 is new: only "5" matched
+    assert view.near(tail, first_value, 8, epoch, hashes=hashes, longest=match.n) == view.near(tail, first_value, 8,
+                                                                                                epoch) == near
     # the drafter: the header matched, the value after it is a slot (drafted from nowhere), so the place is kept;
     # after the new value, the answer's next key is drafted from there, where the lookup alone would offer
     # whichever key followed 5 most often

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from localspec.drafters.base import Draft
 from localspec.events import CACHE_KIND
+from localspec.history.store import NS, suffix_hashes
 from localspec.tokens import common_prefix
 
 if TYPE_CHECKING:
@@ -157,7 +158,8 @@ class NgramDrafter:
         assert view is not None
         epoch = view.epoch
         tokens = self._tokens
-        match = view.lookup(tokens, cap, width)
+        hashes = suffix_hashes(tokens, NS[-1])  # folded once for the lookup and ``near``
+        match = view.lookup(tokens, cap, width, hashes)
         slot = match is not None and match.varied
         if self._cache_follow is not None and self._cache_follow[1] == epoch:
             draft = view.continuation(self._cache_follow[0], cap, epoch)
@@ -172,7 +174,7 @@ class NgramDrafter:
         near = None
         if self._cache_anchor is not None:
             at, anchored = self._cache_anchor
-            near = view.near(tokens, at, cap, anchored)
+            near = view.near(tokens, at, cap, anchored, hashes=hashes, longest=match.n)
             # the place nearest after the anchor, unless a match elsewhere is longer than a short one here
             if near is not None and near.n >= min(match.n, _NEAR_TRUSTED):
                 match, bucket = near, f"near{min(near.n, _NEAR_TRUSTED)}"

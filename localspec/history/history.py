@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.history import disk
-from localspec.history.store import DEFAULT_MAX_TOKENS, Match, Shelf
+from localspec.history.store import DEFAULT_MAX_TOKENS, NS, Match, Shelf
 
 LOCAL_SCOPE = "local"
 SERVER_SCOPE = "server"
@@ -182,11 +182,16 @@ class HistoryView:
         """The scope's shelf, or an empty one (never written to) while the scope has none."""
         return self.history.shelves.get(self.scope, _NONE)
 
-    def lookup(self, tail: Sequence[int], cap: int, width: int = 1) -> Match | None:
-        return self.shelf.lookup(tail, cap, width)
+    def lookup(
+        self, tail: Sequence[int], cap: int, width: int = 1, hashes: Sequence[int] | None = None,
+    ) -> Match | None:
+        return self.shelf.lookup(tail, cap, width, hashes)
 
-    def near(self, tail: Sequence[int], at: int, cap: int, epoch: int) -> Match | None:
-        return self.shelf.near(tail, at, cap, epoch)
+    def near(
+        self, tail: Sequence[int], at: int, cap: int, epoch: int, *, hashes: Sequence[int] | None = None,
+        longest: int = NS[-1],
+    ) -> Match | None:
+        return self.shelf.near(tail, at, cap, epoch, hashes=hashes, longest=longest)
 
     def continuation(self, at: int, cap: int, epoch: int) -> list[int]:
         return self.shelf.continuation(at, cap, epoch)

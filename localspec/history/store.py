@@ -153,12 +153,16 @@ class Shelf:
             self.positions[n] = self.positions[n][keep] - cut
         self.epoch += 1
 
-    def lookup(self, tail: Sequence[int], cap: int, width: int = 1) -> Match | None:
+    def lookup(
+        self, tail: Sequence[int], cap: int, width: int = 1, hashes: Sequence[int] | None = None,
+    ) -> Match | None:
         """The continuation of the longest indexed suffix of ``tail`` that occurred here (None if none did), with up
-        to ``width`` - 1 other branches where earlier continuations forked."""
+        to ``width`` - 1 other branches where earlier continuations forked. ``hashes``: ``suffix_hashes(tail,
+        NS[-1])``, where the caller has them (a drafter's step folds them once for this and ``near``)."""
         if cap <= 0 or not len(self.tokens):
             return None
-        hashes = suffix_hashes(tail, NS[-1])
+        if hashes is None:
+            hashes = suffix_hashes(tail, NS[-1])
         ns = [n for n in NS if n <= len(hashes)]
         # binary search for the longest n that occurred (occurrence is monotone in n)
         lo, hi, found = 0, len(ns) - 1, -1
@@ -181,19 +185,24 @@ class Shelf:
         rows = self.tokens.take(starts[:, None] + _OFFSETS[:cap], mode="clip").tolist()
         return _walk(rows, starts.tolist(), n, width - 1)
 
-    def near(self, tail: Sequence[int], at: int, cap: int, epoch: int, window: int = NEAR_WINDOW) -> Match | None:
+    def near(
+        self, tail: Sequence[int], at: int, cap: int, epoch: int, window: int = NEAR_WINDOW, *,
+        hashes: Sequence[int] | None = None, longest: int = NS[-1],
+    ) -> Match | None:
         """The continuation of the longest indexed suffix of ``tail`` that occurred after ``at`` (within ``window``
         tokens, in ``at``'s sequence), nearest first; None if none did, or if positions are no longer ``epoch``'s.
 
         Where an answer follows an earlier one's template but differs in a part (a name, a number), the suffix after
         that part (``",``) occurs all over the shelf, after every key; after the place the earlier answer was
-        followed up to, its nearest occurrence is the template's next step."""
+        followed up to, its nearest occurrence is the template's next step. ``hashes``: as ``lookup``'s;
+        ``longest``: the longest n whose n-gram occurred anywhere on the shelf (``lookup``'s match), where known."""
         if cap <= 0 or epoch != self.epoch or at >= len(self.tokens):
             return None
         seq = int(self.starts.searchsorted(at, side="right"))  # at's sequence is seq - 1: it ends where seq starts
         limit = min(at + window, int(self.starts[seq]) if seq < len(self.starts) else len(self.tokens))
-        hashes = suffix_hashes(tail, NS[-1])
-        for n in reversed([n for n in NS if n <= len(hashes)]):
+        if hashes is None:
+            hashes = suffix_hashes(tail, NS[-1])
+        for n in reversed([n for n in NS if n <= min(len(hashes), longest)]):
             keys, h = self.keys[n], np.uint64(hashes[n - 1])
             first = int(keys.searchsorted(h))
             if first == len(keys) or keys[first] != h:
@@ -244,6 +253,12 @@ def _walk(rows: list[list[int]], starts: list[int], n: int, branches: int = 0) -
             if depth == 0:
                 count = alive[0][1][0]
             break
+        token = alive[0][0][depth]
+        if token != SEP and all(row[depth] == token for row, _ in alive):  # every row agrees: no fork, no slot
+            if depth == 0:
+                count = sum(c for _, (c, _) in alive)
+            out.append(token)
+            continue
         counts: dict[int, int] = {}
         for row, (c, _) in alive:
             t = row[depth]
