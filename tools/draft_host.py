@@ -27,15 +27,17 @@ CAP = 16
 
 def texts(suite: str) -> list[tuple[list[int], list[int]]]:
     """(prompt tokens, greedy output tokens) of each item of ``suite``, generated once and cached."""
-    cache = HERE / "bench-out" / f"draft-host-{suite}.json"
+    file = HERE / "localspec" / "bench_suites" / f"{suite}.jsonl"
+    text = file.read_text(encoding="utf-8")
+    # keyed by the suite's content: a changed prompt is generated again (the default model is the embedded one)
+    cache = HERE / "bench-out" / f"draft-host-{suite}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
     if cache.exists():
         return [(p, o) for p, o in json.loads(cache.read_text())]
     from localspec.events import Finished, Step
     from localspec.runtime import Runtime
     from localspec.settings import GenerationSettings, HistorySettings, RuntimeSettings, Settings, SpeculationSettings
 
-    file = HERE / "localspec" / "bench_suites" / f"{suite}.jsonl"
-    items = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    items = [json.loads(line) for line in text.splitlines() if line.strip()]
     settings = Settings(None, RuntimeSettings(n_ctx=2048), SpeculationSettings(drafter="none"),
                         history=HistorySettings("off"))
     out = []
@@ -105,6 +107,7 @@ def main() -> None:
             runs = [run(job, with_history) for _ in range(args.repeat)]
             best = min(s for s, _, _ in runs)
             _, steps, digest = runs[0]
+            assert len({d for *_, d in runs}) == 1, "the proposals differ between runs of the same code"
             print(f"{suite}, {'with' if with_history else 'without'} the history: {steps} steps, "
                   f"{1e6 * best / steps:.1f} µs a step (propose + accept), proposals {digest}")
 

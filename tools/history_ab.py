@@ -47,7 +47,9 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
     settings = Settings(None, RuntimeSettings(n_ctx=2048), SpeculationSettings(drafter="ngram"))
     cut = len(prompts) // 2
     out: dict = {"first": [0.0, 0.0], "second": [0.0, 0.0]}
-    # host: seconds drafting, and seconds of the loop's own Python (decoding time less verifying and drafting)
+    # host: seconds planning a step (the propose, the policy's trim and pad), and the rest of the loop's own Python
+    # (decoding time less the passes with their verifying and rollback, and less the planning: the policy's observe,
+    # the emit, the drafters' accept, and this tool's handling of the events)
     steps = {half: {"passes": 0, "cache": [0, 0], "kinds": {}, "host": [0.0, 0.0]} for half in ("first", "second")}
     out["steps"] = steps
 
