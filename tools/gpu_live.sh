@@ -33,7 +33,7 @@
 #   h. Drafts from earlier requests (issue 34's goals) within BUDGET seconds, against AT=DIR's n-gram, most wanted
 #      first: the two one-template suites one at a time, then as one batch, serve with 8 clients sending a templated
 #      job (with the history against without it), the other two repetitive suites, the built-in suite as one job, the
-#      near-tie margins.
+#      near-tie margins; then the built-in suite as one batch, and the n-gram drafter's host µs a step on this host.
 #
 #     bash tools/gpu_live.sh [steps: t h 1 2 3 4 5 6 7 8 9]
 set -u
@@ -68,7 +68,10 @@ if has h; then
   timed history-more 90 $ab --suite code-boilerplate --suite multi-turn
   timed history-default 60 $ab --suite default
   timed noise 45 $py -m localspec calibrate --noise
-  for f in history-one history-batch serve-history history-more history-default noise; do
+  # a batch of unrelated prompts (each sequence's own kinds its own since c3654ae), and the drafter's host µs here
+  timed parallel 80 $py -m localspec bench --parallel auto --drafters none,ngram --repeat 1
+  timed draft-host 40 $py tools/draft_host.py --suite template-emails --suite tool-calls
+  for f in history-one history-batch serve-history history-more history-default noise parallel draft-host; do
     [ -f "$OUT/$f.txt" ] && { echo "--- $f"; tail -n 12 "$OUT/$f.txt"; }
   done
 fi
