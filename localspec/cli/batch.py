@@ -65,13 +65,14 @@ def batch(
 
     A line is {"id": ..., "prompt": ...} or {"id": ..., "messages": [...]}, with its own settings where it wants them.
 
-    Line settings: an OpenAI body's (max_tokens, temperature, top_p, seed, stop, ...), read as serve reads them.
-    They override the command's options.
+    Line settings: an OpenAI body's (max_tokens, temperature, top_p, seed, stop,
+    ...), read as serve reads them. They override the command's options.
 
     OpenAI Batch API lines (custom_id, method, url, body) work too, and get OpenAI Batch output lines.
 
-    Each result is appended to OUT.jsonl as it finishes; the same command again skips the prompts already done.
-    With -o - (or a pipe) the results go to stdout instead, and cannot be resumed.
+    Each result is appended to OUT.jsonl as it finishes; the same command again
+    skips the prompts already done. With -o - (or a pipe) the results go to
+    stdout instead, and cannot be resumed.
 
     A bad line becomes an error record and the job goes on. Exit code 0: all succeeded; 1: some failed; 2: bad usage.
 

@@ -73,8 +73,9 @@ def bench(
 
     Every (prompt, drafter) pair runs interleaved across repeats on one loaded model.
 
-    Every greedy output is checked against target-only output; a divergence is classified as a near-tie or not by
-    this device's own margin (how far its logits move with a pass's size: measured once, see `localspec calibrate
+    Every greedy output is checked against target-only output; a divergence is
+    classified as a near-tie or not by this device's own margin (how far its
+    logits move with a pass's size: measured once, see `localspec calibrate
     --noise`), and the worst one is named.
 
     Examples:

@@ -18,11 +18,16 @@ def cache(
 ) -> None:
     """Show what is kept of earlier requests to draft from (per model: size, requests, scopes), or clear it.
 
-    run, chat, batch and the Python API keep each request's prompt and output as token ids (they decode to the
-    text) in the cache folder, one file per model, readable by you only, at most a million tokens per model (the
-    oldest go first). serve keeps them in memory only unless started with --keep-history; a server's requests are
-    kept apart per API key (the key itself is never stored). --no-keep-history (or LOCALSPEC_HISTORY=memory) keeps
-    nothing on disk; LOCALSPEC_HISTORY=off does not draft from earlier requests at all.
+    run, chat, batch and the Python API keep each request's prompt and output
+    as token ids (they decode to the text) in the cache folder: one file per
+    model, readable by you only, at most a million tokens per model (the oldest
+    go first).
+
+    serve keeps them in memory only unless started with --keep-history, apart
+    per API key (the key itself is never stored).
+
+    --no-keep-history (or LOCALSPEC_HISTORY=memory) keeps nothing on disk;
+    LOCALSPEC_HISTORY=off does not draft from earlier requests at all.
 
     Examples:
 

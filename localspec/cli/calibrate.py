@@ -37,10 +37,12 @@ def calibrate(
 ) -> None:
     """Measure what a target pass of 1..17 tokens costs on this machine: the curve the draft length is chosen on.
 
-    localspec measures it once per model and device, at the first run that drafts, and corrects it from every
-    pass it makes afterwards. Measure again here after a change the cache cannot see (a BIOS setting, a driver
-    update) or when the first measurement was taken on a busy machine (localspec says so). Other work running
-    meanwhile makes the figures too high: the measurement says when it saw some.
+    localspec measures it once per model and device, at the first run that
+    drafts, and corrects it from every pass it makes afterwards. Measure again
+    here after a change the cache cannot see (a BIOS setting, a driver update)
+    or when the first measurement was taken on a busy machine (localspec says
+    so). Other work running meanwhile makes the figures too high: the
+    measurement says when it saw some.
 
     Examples:
 

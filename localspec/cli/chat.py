@@ -44,12 +44,14 @@ def chat(
     *,
     options: Settings,
 ) -> None:
-    """Chat with a model in the terminal and watch the speculation: drafted tokens the model accepted are
-    green, rejected drafts flash struck-through, and a side panel shows tok/s and acceptance live.
+    """Chat with a model in the terminal and watch the speculation.
 
-    Keys: Enter send · Shift+Enter or Ctrl+J new line · Esc or Ctrl+C stop answering ·
-    Ctrl+R answer again · F3 edit the last message · F4 copy the answer ·
-    Ctrl+O saved conversations · F1 or ? all keys · Ctrl+Q quit.
+    Drafted tokens the model accepted are green, rejected drafts flash
+    struck-through, and a side panel shows tok/s and acceptance live.
+
+    Keys: Enter send · Shift+Enter or Ctrl+J new line · Esc or Ctrl+C stop
+    answering · Ctrl+R answer again · F3 edit the last message · F4 copy the
+    answer · Ctrl+O saved conversations · F1 or ? all keys · Ctrl+Q quit.
     Commands: /help · /new · /save · /quit.
 
     Conversations are saved as they happen; --resume continues one.

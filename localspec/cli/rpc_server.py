@@ -61,8 +61,9 @@ def rpc_server(
 ) -> None:
     """Serve this machine's devices to another machine's localspec (--rpc HOST:PORT), as llama.cpp's RPC server.
 
-    The protocol has no authentication or encryption, so it listens on 127.0.0.1: from another machine, reach it
-    through an SSH tunnel, e.g. on the client: ssh -N -L 50052:127.0.0.1:50052 gpu-box, then --rpc 127.0.0.1:50052.
+    The protocol has no authentication or encryption, so it listens on
+    127.0.0.1: from another machine, reach it through an SSH tunnel, e.g. on the
+    client: ssh -N -L 50052:127.0.0.1:50052 gpu-box, then --rpc 127.0.0.1:50052.
 
     Client and server must come from the same llama.cpp: run the same localspec on both machines.
 
