@@ -236,3 +236,19 @@ def test_results_to_a_pipe_come_out_and_the_job_ends(tmp_path: Path, model_path:
     assert proc.returncode == 1 and "error records are on stdout" in proc.stderr, proc.stderr
     by_id = {d["id"]: d for d in (json.loads(line) for line in proc.stdout.splitlines())}
     assert by_id["a"]["tokens"] == 3 and "prompt must be a string" in by_id["line-2"]["error"]
+
+
+def test_a_finished_job_says_what_it_did_and_what_came_from_earlier_requests(tmp_path: Path, model_path: Path) -> None:
+    item = {"prompt": "Reply with only a JSON object with the keys name and city: Ann lives in Oslo.", "max_tokens": 24}
+    inp = write(tmp_path / "in.jsonl", [{"id": "a", **item}, {"id": "b", **item}])
+    out, summary = tmp_path / "out.jsonl", tmp_path / "summary.json"
+    # one at a time: the second line drafts from the first one's text
+    args = ["batch", str(inp), "-o", str(out), "--model", str(model_path), "--ctx", "512", "--parallel", "1"]
+    result = CliRunner().invoke(app, [*args, "--summary", str(summary)], env={"LOCALSPEC_HISTORY": "memory"})
+    assert result.exit_code == 0, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    totals = json.loads(summary.read_text())
+    assert last.startswith(f"localspec: done: 2 prompt(s), {totals['generated_tokens']} tokens in ")
+    assert last.endswith(f"results in {out}")
+    assert totals["cache_drafted"] == sum(d["stats"]["cache_drafted"] for d in lines(out)) > 0
+    assert f"{totals['cache_accepted']} of {totals['cache_drafted']} drafted from earlier requests" in last

@@ -136,10 +136,11 @@ def batch(
                      f"{output} is not a file, so nothing can be resumed from it: use -o FILE to be able to")
             _say(f"interrupted: {totals.ok + failed} of {len(todo) + len(bad)} done; {again}", False)
             raise typer.Exit(130)
+    where = "on stdout" if str(output) in ("-", "/dev/stdout") else f"in {output}"
     if failed:
-        where = "on stdout" if str(output) in ("-", "/dev/stdout") else f"in {output}"
         _say(f"{failed} of {len(todo) + len(bad)} prompts failed: their error records are {where}", False)
         raise typer.Exit(1)
+    _say(totals.line(where), quiet)
 
 
 def _learn_done(rt: BatchRuntime, requests: list[Request], output: Path, chat: bool) -> None:
@@ -172,6 +173,8 @@ class _Totals:
     generated_tokens: int = 0
     drafted: int = 0
     accepted: int = 0
+    cache_drafted: int = 0  # of them, drafts from earlier requests (the history)
+    cache_accepted: int = 0
     seconds: float = 0.0
     passes: int = 0
     rows: int = 0
@@ -186,10 +189,22 @@ class _Totals:
         self.generated_tokens += len(result.tokens)
         self.drafted += result.stats.drafted
         self.accepted += result.stats.accepted
+        self.cache_drafted += result.stats.cache_drafted
+        self.cache_accepted += result.stats.cache_accepted
+
+    def line(self, where: str) -> str:
+        """What the run did, in one line: the last thing a finished job prints (the progress bar goes away)."""
+        rate = self.generated_tokens / self.seconds if self.seconds else 0.0
+        drafts = f"{self.accepted} of {self.drafted} drafted tokens accepted" if self.drafted else "nothing drafted"
+        if self.cache_drafted:
+            drafts += f" ({self.cache_accepted} of {self.cache_drafted} drafted from earlier requests)"
+        return (f"done: {self.ok} prompt(s), {self.generated_tokens} tokens in {self.seconds:.1f} s "
+                f"({rate:.1f} tok/s); {drafts}; results {where}")
 
     def measures(self) -> dict[str, Any]:
         """The summary's measures of this run."""
         return {"generated_tokens": self.generated_tokens, "drafted": self.drafted, "accepted": self.accepted,
+                "cache_drafted": self.cache_drafted, "cache_accepted": self.cache_accepted,
                 "seconds": round(self.seconds, 3),
                 "tokens_per_second": round(self.generated_tokens / self.seconds, 2) if self.seconds else 0.0,
                 "passes": self.passes, "mean_rows_per_pass": round(self.rows / self.passes, 2) if self.passes else 0.0,
