@@ -6,7 +6,6 @@ everything opened is closed in reverse order when the runtime is closed.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -286,9 +285,6 @@ class BatchRuntime(Prompts):
     # what earlier requests' drafts are worth, learned across the job's sequences as one sequence's generations learn
     # it, per scope (DraftPolicy.shared; each sequence learns its own text's kinds alone)
     trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
-    # what the scope's last finished sequence learned of its own text's kinds: where the scope's requests are alike
-    # (their drafts from one another are accepted: a template's items), a new sequence starts from it
-    seeds: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(
@@ -339,20 +335,11 @@ class BatchRuntime(Prompts):
         speculation = job.speculation or self.settings.speculation
         view = self.history.view(job.scope) if self.history is not None else None
         drafters = lookup_drafters(speculation.drafter, view) or []
-        shared = self.trust.setdefault(job.scope, {})
         policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs,
-                             shapes=self.shapes, shared=shared)
-        seed = self.seeds.get(job.scope)
-        if seed and alike(shared):
-            policy.learned = copy.deepcopy(seed)
+                             shapes=self.shapes, shared=self.trust.setdefault(job.scope, {}))
         generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
-
-        def ended(history: list[int]) -> None:
-            self.seeds[job.scope] = policy.learned
-            if view is not None:
-                view.feed(history)
-
-        generator.on_end = ended
+        if view is not None:
+            generator.on_end = view.feed
         return generator
 
     def close(self) -> None:
@@ -466,11 +453,3 @@ def _open_drafters(
         return [model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")]
     model = model_drafter(resolve(speculation.draft_model)[1], "draft")
     return [NgramDrafter(history=history), model] if kind == "auto" else [model]
-
-
-def alike(shared: dict[str, Survival], evidence: float = 4.0) -> bool:
-    """Whether a scope's requests resemble each other: their drafts from one another (earlier requests' kinds) have
-    been checked this often, decayed, and at least half of the first tokens were accepted."""
-    reached = sum(s.reached[0] for s in shared.values() if s.reached)
-    accepted = sum(s.accepted[0] for s in shared.values() if s.reached)
-    return reached >= evidence and 2 * accepted >= reached
