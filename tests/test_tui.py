@@ -472,7 +472,8 @@ def test_the_stats_line_under_an_answer_is_shown_whole_at_120_columns(tmp_path: 
 
     app = ChatApp(options(tmp_path / "none.gguf"), runtime_factory=no_model)
     stats = Stats(generated_tokens=1024, target_passes=412, decode_seconds=27.5, drafted=1480, accepted=1002,
-                  tree_passes=120, branches=310, stop_reason="length")  # fmt: skip
+                  tree_passes=120, branches=310, stop_reason="length",
+                  cache_drafted=300, cache_accepted=250)  # fmt: skip
 
     async def body(pilot: Pilot[ChatApp]) -> None:
         await until(pilot, lambda: bool(app.query(".notice.error")))
@@ -481,6 +482,9 @@ def test_the_stats_line_under_an_answer_is_shown_whole_at_120_columns(tmp_path: 
         live.finish(Finished("length", stats), "auto", 0.02)
         await pilot.pause()
         summary = answer_summary(stats, "auto")
+        assert "250/300 from earlier requests" in summary  # drafts copied from the history, under the answer ...
+        rates = str(app.stats_panel.query_one("#rates", Static).render())
+        assert "history  250/300 accepted" in rates  # ... and in the panel
         assert len(summary) > 80  # longer than the answer is wide
         shown = screen_text(app, view)
         words = "".join(c for c in shown if not c.isspace() and c not in "│─╭╮╰╯")

@@ -116,6 +116,8 @@ def answer_summary(stats: Stats, drafter: str) -> str:
     ]
     if stats.drafted:
         parts.append(f"accepted {stats.accepted}/{stats.drafted} ({stats.acceptance_rate:.0%})")
+    if stats.cache_drafted:
+        parts.append(f"{stats.cache_accepted}/{stats.cache_drafted} from earlier requests")
     if stats.tree_passes:
         parts.append(f"{stats.tree_passes} tree passes, {stats.branches} branches")
     if stats.stop_reason and stats.stop_reason != "eog":

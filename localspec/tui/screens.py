@@ -51,7 +51,9 @@ Conversations are saved as they happen, an answer while it streams;
 `localspec chat --resume` continues the latest. Stats: tok/s is generated tokens
 over decoding time; acceptance is accepted / drafted tokens; length is tokens
 gained per target pass (1.0: plain decoding); branches (once a pass verified a
-token tree) is the candidates per tree pass, and how many passes were trees.
+token tree) is the candidates per tree pass, and how many passes were trees;
+history (once a draft came from earlier chats and requests) is how many of
+those drafted tokens were accepted.
 The speedup is an estimate (est.) of how much longer target-only decoding would
 have taken, from the cost of one plain step; it is never shown above the tokens
 per pass, since a pass costs at least a plain step (≤: it was capped there).

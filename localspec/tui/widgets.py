@@ -296,6 +296,8 @@ class StatsPanel(Vertical):
                 f"accept   {accept}  ({stats.accepted}/{stats.drafted})\n"
                 f"length   {stats.mean_accepted_length:.2f} tokens/pass"
             )
+            if stats.cache_drafted:  # of the drafts, those copied from earlier requests (localspec/history)
+                rates += f"\nhistory  {stats.cache_accepted}/{stats.cache_drafted} accepted"
             if stats.tree_passes:  # passes that verified several candidate branches at once (--branches)
                 per_tree = stats.branches / stats.tree_passes
                 trees = f"{stats.tree_passes} tree" + ("s" if stats.tree_passes != 1 else "")
