@@ -156,6 +156,8 @@ class NgramDrafter:
         copy is likely right: nothing is drafted, but the place is kept, to go on from after the slot."""
         view = self.history
         assert view is not None
+        if not view.shelf.n_requests:  # nothing earlier in this scope (a first request): no fold, no search
+            return None, False
         epoch = view.epoch
         tokens = self._tokens
         hashes = suffix_hashes(tokens, NS[-1])  # folded once for the lookup and ``near``

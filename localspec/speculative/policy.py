@@ -72,7 +72,7 @@ class DraftPolicy:
         self._drafter_calibration: dict[str, float] = {}
         # what each kind of draft is worth: earlier requests' kinds ("cache/…") in the job's record, which a job of
         # many sequences (a batch, a server's requests of one scope) shares; the text's own kinds in the sequence's
-        # (a code prompt's "ngram/4+" is not a chat prompt's: shared, a mixed batch drafted 10% fewer tokens a second)
+        # (a code prompt's "ngram/4+" is not a chat prompt's: shared, a mixed batch made ~10% fewer tokens a second)
         self.shared = shared if shared is not None else {}
         self.learned: dict[str, Survival] = {}
         self._fresh()
