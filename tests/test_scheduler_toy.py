@@ -15,7 +15,7 @@ from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.scheduler import Failed, Job, Scheduler
+from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
 from tests.toy import ToyContext, ToyLanes, ToyModel
 
 TARGET = ToyModel(seed=1)
@@ -111,16 +111,22 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_others_decode() -> None:
         return Generator(target, TARGET, [], sampling, DraftPolicy(k_max=8, costs=costs))  # type: ignore[arg-type]
 
     sizes: list[int] = []
+    chunks: list[bool] = []  # whether each pass carried a prompt chunk
     original = lanes.decode
 
     def spy(parts):  # noqa: ANN001, ANN202 — records what each pass held, then decodes for real
         sizes.append(sum(len(p.tokens) for p in parts))
+        chunks.append(any(p.want is None for p in parts))
         return original(parts)
 
     lanes.decode = spy  # type: ignore[method-assign]
-    events = list(Scheduler(lanes, make, costs, prefill_chunk=32).run(jobs))
+    stats = PassStats()
+    events = list(Scheduler(lanes, make, costs, prefill_chunk=32, stats=stats).run(jobs))
     assert max(sizes[1:]) <= 32 + 1  # after the first pass: the running sequence's row and a chunk of the prompt
     assert sum(size > 30 for size in sizes) >= 300 // 32
+    # the passes that carried a prompt chunk are counted apart, with their share of the passes' time
+    assert stats.passes == len(chunks) and stats.prompt_passes == sum(chunks) >= 300 // 32
+    assert 0 < stats.prompt_seconds < stats.seconds
     got = [t.id for j, e in events if j is jobs[2] and isinstance(e, Step) for t in e.emitted]
     assert got == alone(long_prompt, "none", GenerationSettings(max_tokens=5), SamplingSettings())
 

@@ -50,13 +50,16 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
     # host: seconds planning a step (the propose, the policy's trim and pad), and the rest of the loop's own Python
     # (decoding time less the passes with their verifying and rollback, and less the planning: the policy's observe,
     # the emit, the drafters' accept, and this tool's handling of the events)
-    steps = {half: {"passes": 0, "cache": [0, 0], "kinds": {}, "host": [0.0, 0.0]} for half in ("first", "second")}
+    steps = {half: {"passes": 0, "cache": [0, 0], "drafts": [0, 0], "kinds": {}, "host": [0.0, 0.0]}
+             for half in ("first", "second")}
     out["steps"] = steps
 
     def count(half: str, stats: object) -> None:
         steps[half]["passes"] += stats.target_passes  # type: ignore[attr-defined]
         steps[half]["cache"][0] += getattr(stats, "cache_drafted", 0)
         steps[half]["cache"][1] += getattr(stats, "cache_accepted", 0)
+        steps[half]["drafts"][0] += stats.drafted  # type: ignore[attr-defined]
+        steps[half]["drafts"][1] += stats.accepted  # type: ignore[attr-defined]
         draft, verify = getattr(stats, "draft_seconds", 0.0), getattr(stats, "verify_seconds", 0.0)
         steps[half]["host"][0] += draft
         steps[half]["host"][1] += max(0.0, stats.decode_seconds - verify - draft)  # type: ignore[attr-defined]
@@ -82,7 +85,9 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
         # the halves by the order requests finished: the first ``cut`` of them, over the time until the last did
         out["first"] = [sum(n for _, n in ends[:cut]), ends[cut - 1][0]]
         out["second"] = [sum(n for _, n in ends[cut:]), ends[-1][0] - ends[cut - 1][0]]
-        out["batch"] = [passes.passes, passes.rows] if passes is not None else None
+        out["batch"] = ([passes.passes, passes.rows, getattr(passes, "prompt_passes", 0),
+                         getattr(passes, "prompt_seconds", 0.0), getattr(passes, "seconds", 0.0)]
+                        if passes is not None else None)
         return out
     from localspec.events import Finished, Step
     from localspec.runtime import Runtime
@@ -136,17 +141,20 @@ def main() -> None:
                 (tokens, seconds), st = got[half], got["steps"][half]
                 print(f"{suite} {half} half: {tokens:.0f} tokens, {st['passes']} passes, "
                       f"{tokens / max(1, st['passes']):.2f} tokens a pass, {tokens / seconds:.1f} tok/s; "
-                      f"from earlier requests {st['cache'][1]} of {st['cache'][0]} drafted tokens accepted")
+                      f"{st['drafts'][1]} of {st['drafts'][0]} drafted tokens accepted "
+                      f"({st['drafts'][1] / max(1, st['drafts'][0]):.0%}), from earlier requests {st['cache'][1]} of "
+                      f"{st['cache'][0]}")
                 if not args.batch:  # a batch's sequences share their passes: per pass, its host time is the scheduler's
                     draft, other = (1e6 * x / max(1, st["passes"]) for x in st["host"])
                     print(f"  host a pass: drafting {draft:.0f} µs, the rest of the loop {other:.0f} µs")
                 for kind, (n, acc, drafted) in sorted(st["kinds"].items()):
                     print(f"  {kind}: {n} steps, {acc} of {drafted} drafted tokens accepted")
             if got.get("batch"):
-                n, rows = got["batch"]
+                n, rows, prompt_passes, prompt_seconds, seconds = got["batch"]
                 tokens = got["first"][0] + got["second"][0]
                 print(f"{suite} as one batch: {n} passes, {rows / max(1, n):.1f} rows and "
-                      f"{tokens / max(1, n):.1f} tokens a pass")
+                      f"{tokens / max(1, n):.1f} tokens a pass; {prompt_passes} passes carried a prompt chunk, "
+                      f"{prompt_seconds:.2f} of the passes' {seconds:.2f} s")
         return
     codes = {"baseline": args.baseline, "new": HERE}
     summed = {name: [0.0, 0.0] for name in codes}

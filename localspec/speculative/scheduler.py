@@ -109,6 +109,11 @@ class PassStats:
     rows: int = 0  # decode rows (pending tokens and drafts), over all passes
     prefill_tokens: int = 0
     shared_prefix_tokens: int = 0  # prompt tokens copied from another lane instead of computed
+    seconds: float = 0.0  # the passes' own time (decoding and settling), over all passes
+    # passes that carried a prompt chunk, and their time: drafts do not shorten those (docs/performance.md, "the
+    # ceiling of drafts in a batch")
+    prompt_passes: int = 0
+    prompt_seconds: float = 0.0
 
 
 class Scheduler:
@@ -280,6 +285,10 @@ class Scheduler:
         # timed before the events go up: what their consumers do is not the pass's cost; a prompt chunk's tokens
         # cost less than rows with outputs (not on the curve), and with pass shapes only a steady pass is priced
         seconds = self.clock() - started
+        self.stats.seconds += seconds
+        if prefilling:
+            self.stats.prompt_passes += 1
+            self.stats.prompt_seconds += seconds
         stage = self.warmup.step((rows_before, sum(len(chunk) for _, chunk in prefilling)))
         if planned and not prefilling and (stage == STEADY or not shapes.active):
             self.costs.update(rows_before, seconds)
