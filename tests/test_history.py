@@ -102,33 +102,6 @@ def test_after_a_slot_the_template_goes_on_where_the_earlier_answer_was_followed
     assert draft.kind == "cache/near1" and draft.tokens[:2] == [20, 72]
 
 
-def long_keyed(i: int) -> list[int]:
-    """As ``keyed``, with keys of four tokens (as ``"city": "`` is): the context before a value is the same in every
-    answer."""
-    return [1, 2, 3, 10, 11, 12, 13, 60 + i, 5, 20, 21, 22, 23, 70 + i, 5, 9]
-
-
-def test_an_earlier_answer_followed_or_found_near_is_copied_up_to_the_next_slot_not_into_its_values() -> None:
-    history = History("m")
-    for i in range(3):
-        history.feed(long_keyed(i))
-    shelf = history.shelves["local"]
-    assert [shelf.slot_at(j) for j in range(16)] == [j in (7, 13) for j in range(16)]  # the first answer's values
-    drafter = NgramDrafter(history=history.view())
-    text = [1, 2, 3]
-    drafter.begin(text)
-    assert drafter.propose(text, 16).tokens == [10, 11, 12, 13]  # the lookup stops before the slot
-    text += [10, 11, 12, 13, 62]  # accepted, and the value the last answer had: that answer is followed on
-    drafter.accept(text, 4)
-    follow = drafter.propose(text, 16)
-    assert follow.kind == "cache/follow" and follow.tokens == [5, 20, 21, 22, 23]  # not on into its 72
-    # after a value of its own, the template's next step near the place followed: also up to the next slot
-    epoch = shelf.epoch
-    near = history.view().near([1, 2, 3, 10, 11, 12, 13, 69, 5], 7, 16, epoch)
-    assert near is not None and near.tokens == [20, 21, 22, 23]
-    assert shelf.continuation(8, 16, epoch) == [5, 20, 21, 22, 23, 70, 5, 9]  # what was written, all of it
-
-
 def test_ties_go_to_the_continuation_that_followed_most_often() -> None:
     history = History("m")
     for tail in ([5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 20, 21, 22, 23]):

@@ -13,9 +13,8 @@ occurrences (a few); it grows by max_n dictionary writes per accepted token, so 
   the longest match leads wherever it is, a tie goes to the source whose continuation followed more often, and its
   drafts are of their own kinds ("cache/3", "cache/follow") so the policy learns what they are worth apart (and
   ranks the two sources by it: policy.DraftPolicy.trim). A template's slot (where earlier answers went different
-  ways: a name) is not drafted, nor copied into where an earlier answer is followed on; after it the text goes on
-  near the place of the earlier answer it followed up to there (an anchor: "cache/near1".."cache/near3"), not after
-  whichever key came last.
+  ways: a name) is not drafted; after it the text goes on near the place of the earlier answer it followed up to
+  there (an anchor: "cache/near1".."cache/near3"), not after whichever key came last.
 - **candidates**: asked for a width above 1, it adds other continuations (earlier occurrences of the longest
   match, most recent first, then of shorter ones; from the history, the runner-up ways where earlier continuations
   forked), which the loop can verify together as a token tree.
@@ -165,14 +164,10 @@ class NgramDrafter:
         match = view.lookup(tokens, cap, width, hashes)
         slot = match is not None and match.varied
         if self._cache_follow is not None and self._cache_follow[1] == epoch:
-            at = self._cache_follow[0]
-            draft = view.continuation(at, cap, epoch)
+            draft = view.continuation(self._cache_follow[0], cap, epoch)
             if draft:
-                self._cache_source, self._cache_matched = (at, epoch), _NEAR_TRUSTED
-                # the earlier answer goes on into its own values where the template has a slot: only up to there
-                draft = view.until_slot(at, draft)
-                return (None, False) if slot or not draft \
-                    else (Draft(draft, None, self.name, f"{CACHE_KIND}follow"), True)
+                self._cache_source, self._cache_matched = (self._cache_follow[0], epoch), _NEAR_TRUSTED
+                return (None, False) if slot else (Draft(draft, None, self.name, f"{CACHE_KIND}follow"), True)
         if match is None:
             return None, False
         bucket = "8+" if match.n >= 8 else "4+" if match.n >= 4 else str(match.n)
@@ -186,7 +181,7 @@ class NgramDrafter:
             if near is not None and near.n >= min(match.n, _NEAR_TRUSTED):
                 match, bucket = near, f"near{min(near.n, _NEAR_TRUSTED)}"
         self._cache_source, self._cache_matched = (match.source, epoch), match.n
-        if slot or not match.tokens:  # a slot here, or (near the anchor) right after it: the place is kept
+        if slot:
             return None, False
         own = mine[0][1] if mine else 0  # the own longest match (``mine``: most recent first)
         # how many of its occurrences went on as the most recent one did: the own source's support at a tie

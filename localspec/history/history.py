@@ -196,9 +196,6 @@ class HistoryView:
     def continuation(self, at: int, cap: int, epoch: int) -> list[int]:
         return self.shelf.continuation(at, cap, epoch)
 
-    def until_slot(self, at: int, tokens: list[int]) -> list[int]:
-        return self.shelf.until_slot(at, tokens)
-
     @property
     def epoch(self) -> int:
         return self.shelf.epoch

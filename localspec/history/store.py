@@ -94,8 +94,6 @@ class Shelf:
     keys: dict[int, np.ndarray] = field(default_factory=dict)
     positions: dict[int, np.ndarray] = field(default_factory=dict)
     epoch: int = 0  # bumped when positions shift (the oldest dropped): a place followed is no longer valid
-    # positions known to be (or not be) a slot, as the shelf holds now (``slot_at``; cleared when it changes)
-    _slots: dict[int, bool] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for n in NS:
@@ -127,7 +125,6 @@ class Shelf:
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         for at, seq in zip(starts.tolist(), sequences, strict=True):
             new[at : at + len(seq)] = seq
-        self._slots.clear()
         self.tokens = np.concatenate([self.tokens, new])
         self.starts = np.concatenate([self.starts, starts + base])
         self.serials = np.concatenate([self.serials, np.asarray(serials, np.int64)])
@@ -146,7 +143,6 @@ class Shelf:
         if count >= len(self.starts):
             self.__init__(epoch=self.epoch + 1)  # type: ignore[misc]
             return
-        self._slots.clear()
         cut = int(self.starts[count])
         self.tokens = self.tokens[cut:].copy()
         self.starts = self.starts[count:] - cut
@@ -216,8 +212,7 @@ class Shelf:
             i = int(positions.searchsorted(at, side="right"))
             if i < len(positions) and positions[i] < limit:
                 source = int(positions[i])
-                return Match(n, 1, self.until_slot(source, self.continuation(source, min(cap, 4 * n), epoch)),
-                             source)
+                return Match(n, 1, self.continuation(source, min(cap, 4 * n), epoch), source)
         return None
 
     def continuation(self, at: int, cap: int, epoch: int) -> list[int]:
@@ -226,33 +221,6 @@ class Shelf:
         if epoch != self.epoch or at >= len(self.tokens):
             return []
         return _to_end(self.tokens[at : at + cap].tolist())
-
-    def until_slot(self, at: int, tokens: list[int]) -> list[int]:
-        """``tokens``, copied from ``at`` on, up to the first that fills a slot (``slot_at``)."""
-        return tokens[: next((j for j in range(len(tokens)) if self.slot_at(at + j)), len(tokens))]
-
-    def slot_at(self, at: int) -> bool:
-        """Whether the token at ``at`` fills a template's slot: the ``_SLOT_N`` tokens before it occurred
-        ``_VARIED_ROWS`` times or more (the most recent ``_RECENT`` weighed), and went on in ways of which none has
-        half (what follows ``"city": "``). A place followed in an earlier answer runs into its own values there,
-        which the lookup (``_walk``) never drafts."""
-        known = self._slots.get(at)
-        if known is not None:
-            return known
-        context = self.tokens[max(0, at - _SLOT_N) : at].tolist()
-        slot = False
-        if len(context) == _SLOT_N and SEP not in context:
-            keys, h = self.keys[_SLOT_N], np.uint64(suffix_hashes(context, _SLOT_N)[-1])
-            first, end = int(keys.searchsorted(h)), int(keys.searchsorted(h, side="right"))
-            if end - first >= _VARIED_ROWS:
-                counts: dict[int, int] = {}
-                for t in self.tokens.take(self.positions[_SLOT_N][max(first, end - _RECENT) : end]).tolist():
-                    if t != SEP:
-                        counts[t] = counts.get(t, 0) + 1
-                weight = sum(counts.values())
-                slot = weight >= _VARIED_ROWS and 2 * max(counts.values()) < weight
-        self._slots[at] = bool(slot)
-        return bool(slot)
 
 
 def _to_end(row: list[int]) -> list[int]:
