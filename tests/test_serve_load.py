@@ -44,6 +44,7 @@ def test_localspec_and_llama_server_get_the_same_threads_sequences_and_context_p
     assert int(_flag(theirs, "--ctx-size")) // int(_flag(theirs, "--parallel")) == int(_flag(ours, "--ctx")) == 4096
     assert _flag(theirs, "--model") == "m.gguf" and _flag(theirs, "--chat-template") == "gemma"
     assert "--spec-type" not in theirs
+    assert sl.command("localspec-plain", 8001, args, "m.gguf") == ours + ["--drafter", "none"]  # the same, no drafts
 
 
 def test_llama_server_runs_in_its_fastest_greedy_configuration_and_its_defaults_beside_it(tmp_path):

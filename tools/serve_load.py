@@ -102,6 +102,8 @@ def prompts(suite: str | None = None) -> list[str]:
 SERVERS = {
     "localspec": "localspec serve (drafter auto)",
     "localspec-no-history": "localspec serve drafting from no earlier request (LOCALSPEC_HISTORY=off)",
+    "localspec-plain": "localspec serve drafting nothing (--drafter none): plain batching, what drafts are measured "
+                       "against (docs/performance.md, the ceiling of drafts in a batch)",
     "localspec@DIR": "localspec serve as another checkout's package in DIR has it (git archive COMMIT localspec | "
                      "tar -x -C DIR); also localspec-no-history@DIR",
     "llama-server": "llama.cpp's llama-server in its fastest greedy configuration (greedy sampling in its graph)",
@@ -258,7 +260,7 @@ def command(server: str, port: int, args: argparse.Namespace, model: str) -> lis
     """How each server is started: the same threads, parallel sequences and context per sequence for all."""
     threads = str(args.threads or os.cpu_count() or 2)
     name, _, code = server.partition("@")
-    if name in ("localspec", "localspec-no-history"):
+    if name in ("localspec", "localspec-no-history", "localspec-plain"):
         env = ["LOCALSPEC_HISTORY=off"] if name == "localspec-no-history" else []
         # another checkout's package (git archive COMMIT localspec | tar -x -C DIR): before/after in one run. It runs
         # in DIR (run_server): `python -m` puts the working folder first on sys.path, ahead of PYTHONPATH
@@ -266,7 +268,7 @@ def command(server: str, port: int, args: argparse.Namespace, model: str) -> lis
             raise FileNotFoundError(f"{server}: {code} holds no localspec package")
         return [*(["env", *env] if env else []), sys.executable, "-m", "localspec", "serve", "--port", str(port),
                 "--parallel", str(args.parallel), "--threads", threads, "--ctx", str(args.ctx), "--queue-timeout",
-                "600"]
+                "600", *(["--drafter", "none"] if name == "localspec-plain" else [])]
     if server.startswith("llama-server") and server in SERVERS:
         binary = llama_server_binary(args)
         if binary is None:
