@@ -60,9 +60,10 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
         steps[half]["cache"][1] += getattr(stats, "cache_accepted", 0)
         steps[half]["drafts"][0] += stats.drafted  # type: ignore[attr-defined]
         steps[half]["drafts"][1] += stats.accepted  # type: ignore[attr-defined]
-        draft, verify = getattr(stats, "draft_seconds", 0.0), getattr(stats, "verify_seconds", 0.0)
-        steps[half]["host"][0] += draft
-        steps[half]["host"][1] += max(0.0, stats.decode_seconds - verify - draft)  # type: ignore[attr-defined]
+        if not batch:  # a batch's sequences share their passes: the host time around them is the scheduler's
+            draft, verify = getattr(stats, "draft_seconds", 0.0), getattr(stats, "verify_seconds", 0.0)
+            steps[half]["host"][0] += draft
+            steps[half]["host"][1] += max(0.0, stats.decode_seconds - verify - draft)  # type: ignore[attr-defined]
 
     if batch:
         from localspec.batch.request import Request
@@ -85,7 +86,7 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
         # the halves by the order requests finished: the first ``cut`` of them, over the time until the last did
         out["first"] = [sum(n for _, n in ends[:cut]), ends[cut - 1][0]]
         out["second"] = [sum(n for _, n in ends[cut:]), ends[-1][0] - ends[cut - 1][0]]
-        out["batch"] = ([passes.passes, passes.rows, getattr(passes, "prompt_passes", 0),
+        out["batch"] = ([passes.passes, passes.rows, getattr(passes, "prompt_passes", 0), passes.prefill_tokens,
                          getattr(passes, "prompt_seconds", 0.0), getattr(passes, "seconds", 0.0)]
                         if passes is not None else None)
         return out
@@ -144,17 +145,17 @@ def main() -> None:
                       f"{st['drafts'][1]} of {st['drafts'][0]} drafted tokens accepted "
                       f"({st['drafts'][1] / max(1, st['drafts'][0]):.0%}), from earlier requests {st['cache'][1]} of "
                       f"{st['cache'][0]}")
-                if not args.batch:  # a batch's sequences share their passes: per pass, its host time is the scheduler's
+                if not args.batch:
                     draft, other = (1e6 * x / max(1, st["passes"]) for x in st["host"])
                     print(f"  host a pass: drafting {draft:.0f} µs, the rest of the loop {other:.0f} µs")
                 for kind, (n, acc, drafted) in sorted(st["kinds"].items()):
                     print(f"  {kind}: {n} steps, {acc} of {drafted} drafted tokens accepted")
             if got.get("batch"):
-                n, rows, prompt_passes, prompt_seconds, seconds = got["batch"]
+                n, rows, prompt_passes, prompt_tokens, prompt_seconds, seconds = got["batch"]
                 tokens = got["first"][0] + got["second"][0]
                 print(f"{suite} as one batch: {n} passes, {rows / max(1, n):.1f} rows and "
-                      f"{tokens / max(1, n):.1f} tokens a pass; {prompt_passes} passes carried a prompt chunk, "
-                      f"{prompt_seconds:.2f} of the passes' {seconds:.2f} s")
+                      f"{tokens / max(1, n):.1f} tokens a pass; {prompt_passes} passes carried a prompt chunk "
+                      f"({prompt_tokens} prompt tokens computed), {prompt_seconds:.2f} of the passes' {seconds:.2f} s")
         return
     codes = {"baseline": args.baseline, "new": HERE}
     summed = {name: [0.0, 0.0] for name in codes}
