@@ -7,10 +7,11 @@ step there, and this CPU can measure them. A benchmark, not a test: run it on a 
     PYTHONPATH=bench-out/at/COMMIT .venv/bin/python tools/draft_host.py ...   # the same, as at another commit
 
 The suite's target-only greedy texts are generated once (the embedded model) and cached in
-bench-out/draft-host-<suite>.json. Then, item after item as one job, the drafter proposes at every step (up to 16
-tokens), the step accepts what the text confirms and the text's next token, and each item's text joins the history
-when it ends: what a run drafts, without the model. It prints microseconds a step (propose + accept, the fastest of
-``--repeat`` runs) and a digest of every proposal, the same before and after a change that only makes it faster.
+bench-out/draft-host-<suite>-<digest of its file>.json. Then, item after item as one job, the drafter proposes at
+every step (up to 16 tokens), the step accepts what the text confirms and the text's next token, and each item's
+text joins the history when it ends: what a run drafts, without the model. It prints microseconds a step (propose
++ accept, the fastest of ``--repeat`` runs) and a digest of every proposal, the same before and after a change that
+only makes it faster.
 """
 
 from __future__ import annotations
