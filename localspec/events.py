@@ -54,6 +54,7 @@ class Step:
     rejected_branches: tuple[tuple[Token, ...], ...] = ()
     branches: int = 1
     kind: str = ""  # what the draft rested on ("ngram/3", "cache/follow", ...)
+    forced: int = 0  # of the draft, the leading tokens a grammar forced (structured output)
 
     @property
     def emitted(self) -> tuple[Token, ...]:
@@ -80,6 +81,10 @@ class Stats:
     # of ``drafted`` / ``accepted``: the tokens drafted from earlier requests (localspec/history)
     cache_drafted: int = 0
     cache_accepted: int = 0
+    # of ``drafted`` / ``accepted``: the tokens a grammar forced (structured output), and the grammar's host time
+    forced_drafted: int = 0
+    forced_accepted: int = 0
+    grammar_seconds: float = 0.0
     stop_reason: str = ""
 
     @property
@@ -103,6 +108,9 @@ class Stats:
         if step.kind.startswith(CACHE_KIND):
             self.cache_drafted += len(step.accepted) + len(step.rejected)
             self.cache_accepted += len(step.accepted)
+        if step.forced:
+            self.forced_drafted += step.forced
+            self.forced_accepted += min(step.forced, len(step.accepted))
         if step.branches > 1:
             self.tree_passes += 1
             self.branches += step.branches
@@ -123,7 +131,8 @@ class Stats:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """Generation ended. ``reason``: eog | length | stop | interrupted | context_full."""
+    """Generation ended. ``reason``: eog | length | stop | interrupted | context_full | dead_end (a grammar allowed
+    no token: the answer is what it had)."""
 
     reason: str
     stats: Stats

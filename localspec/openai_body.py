@@ -3,7 +3,7 @@ lines (an OpenAI Batch line's ``body``, and localspec's own lines, which are the
 ``generate_many``'s mappings. One reader, so that batch and serve cannot drift apart on what a body means.
 
 Strict: a known field of the wrong type or out of range is an error naming it (``"5"`` is not a number, as OpenAI's
-own server says). What localspec cannot do (``n`` > 1, logprobs, tools, a JSON response format, penalties) is an
+own server says). What localspec cannot do (``n`` > 1, logprobs, tools, penalties) is an
 error that says so, never a silently different answer; a value that asks for nothing (``n: 1``,
 ``presence_penalty: 0``, ``tools: []``) is accepted. Unknown fields are ignored, as OpenAI's server does.
 
@@ -21,6 +21,7 @@ from localspec.batch.request import STYLES, Request
 from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.settings import MODEL_FREE_DRAFTERS, TEMPERATURE_MAX
+from localspec.structured import ConstraintError, ConstraintSpec
 
 Kind = Literal["chat", "completion"]
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -96,6 +97,7 @@ def parse_body(data: object, kind: Kind | None, id: str, *, style: str = "plain"
         k=_number(speculation, "k", int, 0, K_MAX, param="speculation.k"),
         style=style,
         line=line,
+        constraint=_constraint(_get(data, "response_format")),
     )
     _number(speculation, "branches", int, 1, 1, param="speculation.branches",
             why="token trees are not verified inside the shared pass")
@@ -119,7 +121,8 @@ def check_request(request: Request) -> Request:
               "temperature": request.temperature, "top_p": request.top_p, "top_k": request.top_k,
               "min_p": request.min_p, "seed": request.seed,
               "stop": list(request.stop) if isinstance(request.stop, tuple) else request.stop,
-              "speculation": {"drafter": request.drafter, "k": request.k}}
+              "speculation": {"drafter": request.drafter, "k": request.k},
+              "response_format": ConstraintSpec.of(request.constraint)}
     return parse_body(fields, None, request.id, style=request.style, line=request.line).request
 
 
@@ -136,8 +139,6 @@ _NO_OPS: dict[str, tuple[tuple[Any, ...], str]] = {
     "functions": (([],), "functions (function calling) are not supported: the answer is text"),
     "tool_choice": (("none",), "tool_choice: tools are not supported, so only 'none'"),
     "function_call": (("none",), "function_call: functions are not supported, so only 'none'"),
-    "response_format": (({"type": "text"},), "response_format: only {\"type\": \"text\"} is supported (no JSON "
-                                              "mode or schema)"),
     "modalities": ((["text"],), "modalities: only [\"text\"] is supported"),
     "audio": ((), "audio output is not supported"),
     "echo": ((False,), "echo is not supported"),
@@ -249,6 +250,13 @@ def _stop(value: Any) -> tuple[str, ...] | None:
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > STOPS_MAX:
         raise BodyError("stop", f"stop must be a non-empty string or a list of at most {STOPS_MAX} of them")
     return tuple(_unicode(s, "stop") for s in stops)
+
+
+def _constraint(value: Any) -> ConstraintSpec | None:
+    try:
+        return ConstraintSpec.of(value)
+    except ConstraintError as e:
+        raise BodyError(e.param or "response_format", str(e)) from None
 
 
 def _drafter(value: Any) -> str | None:

@@ -41,6 +41,7 @@ from localspec.speculative.scheduler import Job
 from localspec.speculative.shape_timing import load_or_measure_shapes
 from localspec.speculative.shapes import Shapes
 from localspec.speculative.survival import Survival
+from localspec.structured.grammars import Grammars
 
 if TYPE_CHECKING:
     import numpy as np
@@ -145,6 +146,7 @@ class Runtime(Prompts):
             drafters = _open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled,
                                       say, view)
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
+            generator.grammars = Grammars(target.vocab, say)
             if view is not None:
                 generator.on_end = view.feed
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
@@ -285,6 +287,10 @@ class BatchRuntime(Prompts):
     # what earlier requests' drafts are worth, learned across the job's sequences as one sequence's generations learn
     # it, per scope (DraftPolicy.shared; each sequence learns its own text's kinds alone)
     trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
+    grammars: Grammars | None = field(default=None, repr=False)  # the model's, built on the first constrained job
+
+    def __post_init__(self) -> None:
+        self.grammars = Grammars(self.model.vocab)
 
     @classmethod
     def open(
@@ -338,6 +344,7 @@ class BatchRuntime(Prompts):
         policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs,
                              shapes=self.shapes, shared=self.trust.setdefault(job.scope, {}))
         generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
+        generator.grammars = self.grammars
         if view is not None:
             generator.on_end = view.feed
         return generator

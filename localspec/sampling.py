@@ -68,7 +68,13 @@ def shape(row: np.ndarray, s: SamplingSettings) -> Distribution:
         ids = np.argpartition(row, n - s.top_k)[n - s.top_k :]
     else:
         ids = np.arange(n)
-    logits = row[ids].astype(np.float64)
+    return shape_candidates(ids, row[ids], s)
+
+
+def shape_candidates(ids: np.ndarray, logits: np.ndarray, s: SamplingSettings) -> Distribution:
+    """``shape`` after its top-k: top-p, min-p and temperature over the candidates ``ids`` (their ``logits``); a
+    grammar's mask chooses the candidates first (structured/constraint.py)."""
+    logits = logits.astype(np.float64)
     # top-p: the smallest set of most likely tokens whose mass reaches top_p (at temperature 1, like llama.cpp)
     if s.top_p < 1.0:
         probs = _softmax(logits)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from localspec.endpoints import parse_endpoints
 from localspec.errors import UserError
+from localspec.structured.spec import ConstraintSpec
 
 DRAFTERS = ("none", "ngram", "draft", "early-exit", "auto")
 # those that need no model of their own: what sequences sharing one pass can draft with (a draft model would need a
@@ -139,8 +140,12 @@ class GenerationSettings:
     max_tokens: int = 256
     stop: tuple[str, ...] = field(default_factory=tuple)
     max_tokens_cap: int | None = None
+    # what the answer must match (a JSON schema, a grammar, a regex); None: free text
+    constraint: ConstraintSpec | None = None
 
     def validate(self) -> None:
+        if self.constraint is not None:
+            self.constraint.grammar()  # compiles and checks it: a bad schema is an error before the model loads
         if self.max_tokens < 1:
             raise UserError(f"--max-tokens must be a positive number, got {self.max_tokens}")
         if self.max_tokens_cap is not None and self.max_tokens_cap < 1:

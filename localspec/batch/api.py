@@ -28,6 +28,7 @@ from localspec.settings import (
     SpeculationSettings,
     check_model_free,
 )
+from localspec.structured import ConstraintSpec
 
 
 def generate_many(
@@ -51,6 +52,7 @@ def generate_many(
     ordered: bool = False,
     cancelled: Callable[[], bool] = lambda: False,
     keep_history: bool | None = None,
+    response_format: Any = None,
 ) -> Iterator[Result]:
     """Generate from every prompt, ``parallel`` at a time (None: as many as pay on this device), each speculating.
 
@@ -62,7 +64,11 @@ def generate_many(
     rest go on. Bad settings, a single string where a list belongs and ids used twice raise
     ``localspec.errors.UserError`` before the model loads. Each prompt drafts from the earlier ones too (and from
     earlier calls'): ``keep_history`` False keeps them in memory for this call only, True (the default, unless
-    LOCALSPEC_HISTORY says otherwise) on disk in the cache folder (`localspec cache` shows and clears it)."""
+    LOCALSPEC_HISTORY says otherwise) on disk in the cache folder (`localspec cache` shows and clears it).
+    ``response_format``: every answer held to it (a prompt's own mapping may give its own): OpenAI's
+    ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`` or ``{"type": "json_object"}``,
+    ``{"type": "grammar", "grammar": GBNF or Lark}``, ``{"type": "regex", "regex": ...}``, or a pydantic model
+    class; lossless against --drafter none under it (docs/structured.md)."""
     from localspec.batch.run import run_requests
 
     if isinstance(prompts, (str, bytes, Mapping, Request)):
@@ -77,7 +83,7 @@ def generate_many(
         RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers),
         SpeculationSettings(drafter=drafter, k=k),
         SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        GenerationSettings(max_tokens=max_tokens, stop=stops),
+        GenerationSettings(max_tokens=max_tokens, stop=stops, constraint=ConstraintSpec.of(response_format)),
         HistorySettings(None if keep_history is None else ("disk" if keep_history else "memory")),
     )
     # before settings.validate, which would ask for a --draft model

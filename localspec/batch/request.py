@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localspec.engine.chat import Message
+from localspec.structured import ConstraintSpec
 
 # how a result is written back: as the line came (plain), or as OpenAI Batch API output for either endpoint
 STYLES = ("plain", "openai-chat", "openai-completions")
@@ -29,3 +30,5 @@ class Request:
     k: int | None = None
     style: str = "plain"
     line: int = 0  # where it came from in an input file (1-based; 0: not from a file)
+    # what the answer must match (OpenAI's response_format: a JSON schema, JSON, a grammar, a regex)
+    constraint: ConstraintSpec | None = None

@@ -18,7 +18,7 @@ from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
 
 # what a Finished reason is called in a result: the OpenAI words where there is one
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",
-                  "interrupted": "interrupted"}
+                  "interrupted": "interrupted", "dead_end": "dead_end"}
 
 
 @dataclass(slots=True)
@@ -76,6 +76,7 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     generation = GenerationSettings(
         max_tokens=request.max_tokens if request.max_tokens is not None else settings.generation.max_tokens,
         stop=request.stop if request.stop is not None else settings.generation.stop,
+        constraint=request.constraint or settings.generation.constraint,
     )
     cap = settings.generation.max_tokens_cap
     if cap is not None and request.max_tokens is not None and request.max_tokens > cap:

@@ -24,12 +24,21 @@ def stats_lines(stats: Stats, drafter: str, *, device: str = "") -> list[str]:
                if stats.cache_drafted else "")
             + f" · time draft {stats.draft_seconds:.2f} s / verify {stats.verify_seconds:.2f} s"
         )
+        if stats.forced_drafted:
+            lines.append(grammar_line(stats))
         if stats.accepted_by_position:
             shown = stats.accepted_by_position[:8]
             cells = " ".join(f"{a / d:.0%}" if d else "-" for a, d in shown)
             more = " …" if len(stats.accepted_by_position) > len(shown) else ""
             lines.append(f"acceptance by draft position: {cells}{more}")
     return lines
+
+
+def grammar_line(stats: Stats) -> str:
+    """Structured output's share: the tokens its grammar forced (drafted like any other, verified) and its time."""
+    per_pass = stats.grammar_seconds / stats.target_passes * 1e6 if stats.target_passes else 0.0
+    return (f"grammar: forced {stats.forced_drafted} tokens, accepted {stats.forced_accepted}"
+            f" · host time {stats.grammar_seconds * 1e3:.1f} ms ({per_pass:.0f} µs a pass)")
 
 
 def json_document(

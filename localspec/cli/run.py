@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 from localspec.cli import app, ctrl_c_as_request, user_errors
 from localspec.cli.options import generation_options
 from localspec.cli.render import json_document, stats_lines
+from localspec.cli.structured import constraint_from_options
 from localspec.errors import UserError
 from localspec.events import Finished, Notice, Stats, Step, Token
 from localspec.settings import Settings
@@ -62,6 +64,17 @@ def run(
     chat: Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the model's chat template.")] = False,
     system: Annotated[str | None, typer.Option("--system", help="System message (implies --chat).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, tokens, stats).")] = False,
+    json_schema: Annotated[str | None, typer.Option(
+        "--json-schema", metavar="FILE|-",
+        help="Hold the answer to this JSON Schema (a file, or - for stdin). Lossless: the text is what "
+             "--drafter none gives under the same schema; the tokens it forces are drafted. docs/structured.md.",
+        rich_help_panel="Structured output")] = None,
+    grammar: Annotated[Path | None, typer.Option(
+        "--grammar", metavar="FILE", help="Hold the answer to a grammar: llama.cpp's GBNF or Lark.",
+        rich_help_panel="Structured output")] = None,
+    regex: Annotated[str | None, typer.Option(
+        "--regex", metavar="PATTERN", help="Hold the answer to a regular expression.",
+        rich_help_panel="Structured output")] = None,
     *,
     options: Settings,
 ) -> None:
@@ -74,10 +87,16 @@ def run(
       cat notes.txt | localspec run - --drafter ngram --max-tokens 200
 
       localspec run "Write a haiku" --chat --temperature 0.8 --seed 1 --json
+
+      localspec run "$(cat invoice.txt)" --chat --json-schema invoice.schema.json
     """
     from localspec.runtime import Runtime
 
     with user_errors():
+        spec = constraint_from_options(json_schema, grammar, regex, stdin_taken=prompt == "-" and not prompt_file)
+        if spec is not None:
+            options = replace(options, generation=replace(options.generation, constraint=spec))
+            options.generation.validate()
         text = read_prompt(prompt, prompt_file)
         if system is not None:  # a system message only exists inside a chat template
             system = decode_argument(system, "--system")

@@ -31,6 +31,8 @@ class Draft:
     # a lookup's other proposal from another source (earlier requests', or the sequence's own): the policy puts
     # first the one whose kind has earned more, and learns the other in hindsight (policy.DraftPolicy.trim)
     fallback: Draft | None = None
+    # leading tokens that a grammar forces (structured/constraint.py): verified like the rest, counted apart
+    forced: int = 0
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -80,6 +80,10 @@ class NgramDrafter:
 
     def _extend(self, history: Sequence[int]) -> None:
         tokens, index = self._tokens, self._index
+        # a grammar's forced tokens were proposed past (structured/constraint.py) and the target chose otherwise:
+        # forget the tail that the history did not keep
+        while tokens and (len(tokens) > len(history) or tokens[-1] != history[len(tokens) - 1]):
+            self._forget_last()
         for j in range(len(tokens), len(history)):
             tokens.append(history[j])
             # register the n-grams that end just before j: their continuation starts at j
@@ -93,6 +97,18 @@ class NgramDrafter:
                     seen.append(j)
                     if len(seen) > _RECENT:
                         del seen[0]
+
+    def _forget_last(self) -> None:
+        """Drop the last token and the n-grams that registered it as their continuation."""
+        tokens, j = self._tokens, len(self._tokens) - 1
+        for n in range(1, min(self.max_n, j) + 1):
+            gram = tuple(tokens[j - n : j])
+            seen = self._index[n].get(gram)
+            if seen and seen[-1] == j:
+                seen.pop()
+                if not seen:
+                    del self._index[n][gram]
+        tokens.pop()
 
     def _matches(self, want: int) -> list[tuple[int, int]]:
         """(start, n) of the earlier occurrences of the history's suffix, longest match first, most recent first;

@@ -20,13 +20,14 @@ import numpy as np
 from localspec.engine.context import Context
 from localspec.engine.model import Model
 from localspec.passes import Outputs, Part
-from localspec.settings import SamplingSettings
+from localspec.settings import GenerationSettings, SamplingSettings
 
 
 class _Job(Protocol):
     """What a lane needs of the job it starts (speculative.scheduler.Job)."""
 
     sampling: SamplingSettings
+    settings: GenerationSettings
 
 
 class Lane:
@@ -91,7 +92,8 @@ class Lanes:
     def begin(self, lane: int, job: _Job) -> None:
         """``job`` starts on ``lane``: a greedy job's rows come back as token ids (backend-sampled where this build
         can), a sampling one's as logits."""
-        greedy = job.sampling.greedy
+        # a grammar may need a greedy row's logits (its argmax forbidden): such a lane reads logits too
+        greedy = job.sampling.greedy and job.settings.constraint is None
         self.lanes[lane].greedy = greedy
         if self.context.backend_sampling:
             self.context.set_backend_greedy(lane, greedy)

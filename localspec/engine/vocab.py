@@ -20,6 +20,11 @@ class Vocab:
         self._eog: dict[int, bool] = {}
         self._buf = ctypes.create_string_buffer(256)
 
+    @property
+    def handle(self) -> llama_cpp.llama_vocab_p:
+        """The ``llama_vocab*`` (llguidance's tokenizer reads it: structured/grammars.py)."""
+        return self._handle
+
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 16

@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from localspec.drafters.base import Draft, Drafter
-from localspec.errors import ContextFullError, RollbackUnsupported
+from localspec.errors import ContextFullError, RollbackUnsupported, UserError
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
 from localspec.passes import Outputs
 from localspec.sampling import PositionalDraws, shape
@@ -24,6 +24,8 @@ from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.text import TextStream
 from localspec.speculative.tree import TokenTree
 from localspec.speculative.verify import Verdict, verify_greedy, verify_sampled
+from localspec.structured.constraint import Constraint
+from localspec.structured.grammars import Grammars
 from localspec.tokens import common_prefix
 
 
@@ -108,6 +110,9 @@ class Generator:
         self.notices: list[str] = []
         # called with a finished generation's tokens (prompt and output): the runtime keeps them for later drafts
         self.on_end: Callable[[list[int]], None] | None = None
+        # the model's grammars (structured output), and the running generation's constraint, if it has one
+        self.grammars: Grammars | None = None
+        self.constraint: Constraint | None = None
 
     def step(self, history: list[int], room: int) -> StepResult:
         """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed.
@@ -141,9 +146,14 @@ class Generator:
         parents = None if tree.branches == 1 else [-1, *(parent + 1 for parent in tree.parents)]
         return Plan(draft, tree, [history[-1], *tree.tokens], parents)
 
+    @property
+    def wants_ids(self) -> bool:
+        """Whether a pass's rows may come back as token ids: greedy, and no grammar that may need a row's logits."""
+        return self.sampling.greedy and self.constraint is None
+
     def _decode(self, plan: Plan) -> Outputs:
         """The pass: token ids when greedy (no logits copied), else logits, for every row."""
-        greedy, target = self.sampling.greedy, self.target
+        greedy, target = self.wants_ids, self.target
         if plan.parents is None:
             return target.decode_argmax(plan.rows) if greedy else target.decode(plan.rows, all_logits=True)
         decode = target.decode_tree_argmax if greedy else target.decode_tree
@@ -171,6 +181,8 @@ class Generator:
         tree (one-hot candidates) is walked with the target's token drawn from the position's own random stream,
         exactly as a chain's one-hot draft is verified (verify.py). ``position``: where the pass's first row lands."""
         tree, greedy = plan.tree, self.sampling.greedy
+        if self.constraint is not None:  # a chain: drafts under a grammar are never trees (_propose)
+            return self.constraint.verify(tree.tokens, outputs, self.sampling, lambda i: self.draws.at(position + i))
         if plan.parents is None:
             if greedy:
                 return verify_greedy(tree.tokens, outputs)
@@ -184,11 +196,18 @@ class Generator:
         return Verdict(len(path), token, tuple(path))
 
     def _propose(self, history: list[int], room: int) -> Draft:
-        """The policy caps each drafter, the drafter proposes, the policy trims: the first draft left wins."""
+        """The policy caps each drafter, the drafter proposes, the policy trims: the first draft left wins. Under a
+        grammar, its forced tokens lead and the drafters continue after them, cut where the grammar forbids."""
+        if self.constraint is not None and self.drafters:  # --drafter none drafts nothing, forced tokens included
+            return self.constraint.propose(history, room, lambda h, r: self._lookup(h, r, 1))
+        return self._lookup(history, room)
+
+    def _lookup(self, history: list[int], room: int, width: int | None = None) -> Draft:
         for drafter in self.drafters:
             cap = self.policy.cap(drafter, room)
             if cap:
-                draft = self.policy.trim(drafter.propose(history, cap, self.policy.width(drafter)), drafter)
+                wide = self.policy.width(drafter) if width is None else width
+                draft = self.policy.trim(drafter.propose(history, cap, wide), drafter)
                 if draft.tokens:
                     return draft
         return Draft()
@@ -238,6 +257,7 @@ class Generator:
     def begin(self, run: Run) -> None:
         """Start ``run`` (its prompt cached up to the last token): fresh random streams, drafters and watch list."""
         self.draws = PositionalDraws(self.sampling.seed)  # per generation: unseeded runs differ
+        self.constraint = self._constrain(run)
         for drafter in self.drafters:
             drafter.begin(run.history)
         self.policy.restart()
@@ -264,7 +284,22 @@ class Generator:
         run.stats.add_step(event)
         if ended:
             run.reason = ended
+        constraint = self.constraint
+        if constraint is not None:
+            run.stats.grammar_seconds = constraint.seconds
+            if constraint.dead_end:
+                run.reason = "dead_end"
+            elif constraint.done and not run.reason:  # complete: only the end may follow, so end without a pass
+                run.reason = "eog"
         return event
+
+    def _constrain(self, run: Run) -> Constraint | None:
+        spec = run.settings.constraint
+        if spec is None:
+            return None
+        if self.grammars is None:
+            raise UserError("structured output needs the model's vocabulary: this runtime has none")
+        return self.grammars.start(spec)
 
     def end(self, run: Run) -> Finished:
         """Close ``run``: the cache keeps the invariant for the next call (it holds history[:-1])."""
@@ -315,7 +350,7 @@ class Generator:
         step = Step(
             accepted, self._drafted(result.tree, tail), target, result.draft.drafter or "none", len(result.tree),
             result.draft_seconds, result.verify_seconds, tuple(self._drafted(result.tree, run) for run in others),
-            result.tree.branches, result.draft.kind,
+            result.tree.branches, result.draft.kind, result.draft.forced,
         )
         return step, ended
 

@@ -267,7 +267,7 @@ class Scheduler:
             planned.append(f)
         if shapes.active and planned:
             rows_before = self._fill(planned, shapes, rows_before)
-        parts = [Part(f.lane, f.plan.rows, "ids" if f.job.sampling.greedy else "logits") for f in planned
+        parts = [Part(f.lane, f.plan.rows, "ids" if f.generator.wants_ids else "logits") for f in planned
                  if f.plan is not None]
         prefilling = self._prefill_parts(live, rows_before, bool(planned))
         parts += [Part(f.lane, chunk, None) for f, chunk in prefilling]

@@ -1,0 +1,173 @@
+"""One generation's grammar state, as the speculation loop consults it (DESIGN.md, "Constraints and real pairs").
+
+Between propose and verify the loop asks it for the tokens the grammar forces (drafts of their own kind, verified
+like any other: a byte-level grammar may allow the same bytes tokenized another way) and cuts every draft at its
+first token the grammar forbids, before it costs a row of the pass. In verify it picks each row's token:
+
+- greedy: the constrained argmax equals the plain argmax wherever that token is allowed, so the target's own token
+  is checked (about a microsecond) and a full mask is computed only for a row whose argmax is forbidden, which
+  ends the draft's acceptance: at most one such row a pass;
+- sampled: the distribution is the grammar's mask first, then top-k / top-p / min-p / temperature (llama.cpp's
+  order), the same with or without drafts. With top-k on, the mask is read for the row's best candidates only; a
+  full mask only where fewer than k of them are allowed.
+
+The matcher consumes only what the step emits (accepted draft tokens and the target's own), so nothing consumed
+speculatively is ever rolled back but the forced tokens that a proposal looked past.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from localspec.drafters.base import Draft
+from localspec.sampling import Distribution, shape_candidates
+from localspec.settings import SamplingSettings
+from localspec.speculative.verify import Verdict
+
+# candidates whose mask bits are read before a sampled row falls back to the whole vocabulary's mask
+_CANDIDATES_MIN = 256
+# a mask with more non-zero 32-token words than this is expanded whole
+_SPARSE_WORDS = 256
+
+
+class Constraint:
+    """``matcher``: a fresh llguidance LLMatcher for this generation; ``eog``: the tokens that end it."""
+
+    def __init__(self, matcher: object, eog: frozenset[int], n_vocab: int) -> None:
+        self.matcher = matcher
+        self.eog = eog
+        self.n_vocab = n_vocab
+        self._mask = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
+        self.seconds = 0.0  # host time spent in the grammar this generation
+        self.dead_end = False  # no token was allowed: the grammar cannot go on
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete: nothing but the end may follow (or it is in error)."""
+        return bool(self.matcher.is_stopped())
+
+    @property
+    def error(self) -> str:
+        return str(self.matcher.get_error()) if self.matcher.is_error() else ""
+
+    # -- propose: forced tokens, and drafts cut where the grammar forbids them --
+
+    def propose(self, history: list[int], room: int, drafts: Callable[[list[int], int], Draft]) -> Draft:
+        """The forced tokens (up to ``room``), then what ``drafts`` proposes after them, cut at its first token
+        the grammar forbids. Drafts lose their probabilities: under a mask the draft model's q is not the
+        distribution its tokens were drawn from, so they are verified as one-hot proposals (exact either way)."""
+        t0 = time.perf_counter()
+        matcher = self.matcher
+        forced = list(matcher.compute_ff_tokens())[:room] if room > 0 else []
+        if forced:
+            matcher.consume_tokens(forced)
+        t1 = time.perf_counter()
+        rest = drafts([*history, *forced], room - len(forced)) if room > len(forced) else Draft()
+        t2 = time.perf_counter()
+        n = matcher.validate_tokens(rest.tokens) if rest.tokens else 0
+        if forced:
+            matcher.rollback(len(forced))
+        self.seconds += (t1 - t0) + (time.perf_counter() - t2)
+        if not forced:
+            return Draft(rest.tokens[:n], None, rest.drafter, rest.kind) if n < len(rest) or rest.dists else rest
+        kind = f"forced+{rest.kind}" if n else "forced"
+        return Draft([*forced, *rest.tokens[:n]], None, rest.drafter if n else "forced", kind, forced=len(forced))
+
+    # -- verify: each row's token, the grammar's state stepping along the accepted ones --
+
+    def verify(
+        self, draft: Sequence[int], outputs: np.ndarray, sampling: SamplingSettings,
+        rng_at: Callable[[int], np.random.Generator],
+    ) -> Verdict:
+        """Keep the draft while each token is the one the target picks under the grammar; row i's pick sees the
+        grammar after ``draft[:i]``. Consumes what the verdict emits."""
+        for i, x in enumerate(draft):
+            y = self._pick(outputs[i], sampling, rng_at, i)
+            if y != x:
+                self._consume(y)
+                return Verdict(i, y)
+            self._consume(x)
+        y = self._pick(outputs[len(draft)], sampling, rng_at, len(draft))
+        self._consume(y)
+        return Verdict(len(draft), y)
+
+    def _pick(self, row: np.ndarray, sampling: SamplingSettings, rng_at: Callable[[int], np.random.Generator],
+              i: int) -> int:
+        if sampling.greedy:
+            token = int(row.argmax())  # what the pass's own read costs anyway: not the grammar's time
+            t0 = time.perf_counter()
+            if not self.allows(token):
+                ids = self._allowed_ids()
+                token = int(ids[row[ids].argmax()]) if len(ids) else self._stuck()
+            self.seconds += time.perf_counter() - t0
+            return token
+        return self.distribution(row, sampling).sample(rng_at(i))
+
+    def allows(self, token: int) -> bool:
+        if token in self.eog:
+            return bool(self.matcher.is_accepting())
+        return self.matcher.validate_tokens([token]) == 1
+
+    def _consume(self, token: int) -> None:
+        if token not in self.eog and not self.dead_end:
+            t0 = time.perf_counter()
+            self.matcher.consume_token(token)
+            self.seconds += time.perf_counter() - t0
+
+    def _fill_mask(self) -> bool:
+        """The next token's mask into ``_mask``, with the ends allowed exactly where the grammar may end; whether
+        it may end now."""
+        self.matcher.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
+        accepting = bool(self.matcher.is_accepting())
+        words = self._mask.view(np.uint32)
+        for token in self.eog:  # a handful
+            bit = np.uint32(1 << (token & 31))
+            words[token >> 5] = (words[token >> 5] | bit) if accepting else (words[token >> 5] & ~bit)
+        return accepting
+
+    def _allowed_ids(self) -> np.ndarray:
+        """The ids the grammar allows next, ascending. Where the argmax is forbidden the grammar usually allows few
+        tokens (a brace, a quote, digits): then only the mask's non-zero words are expanded."""
+        self._fill_mask()
+        words = np.flatnonzero(self._mask)
+        if len(words) > _SPARSE_WORDS:
+            return np.flatnonzero(np.unpackbits(self._mask.view(np.uint8), bitorder="little")[: self.n_vocab])
+        bits = np.unpackbits(self._mask[words].view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")
+        ids = (words[:, None] * 32 + np.arange(32))[bits.astype(bool)]
+        return ids[ids < self.n_vocab]
+
+    def _stuck(self) -> int:
+        """Nothing is allowed: end the answer here with what it has (finish reason "dead_end")."""
+        self.dead_end = True
+        return min(self.eog)
+
+    def distribution(self, row: np.ndarray, s: SamplingSettings) -> Distribution:
+        """The target's distribution under the grammar: the mask, then top-k / top-p / min-p / temperature."""
+        n = row.shape[0]
+        if 0 < s.top_k < n:
+            m = min(n, max(4 * s.top_k, _CANDIDATES_MIN))
+            candidates = np.argpartition(row, n - m)[n - m:]  # what plain top-k pays too
+            t0 = time.perf_counter()
+            self._fill_mask()
+            ok = self._bits(candidates)
+            self.seconds += time.perf_counter() - t0
+            if int(ok.sum()) >= s.top_k:  # the k best allowed tokens are among these: exact
+                ids = candidates[ok]
+                ids = ids[np.argpartition(row[ids], len(ids) - s.top_k)[len(ids) - s.top_k:]]
+                return shape_candidates(ids, row[ids], s)
+        t0 = time.perf_counter()
+        ids = self._allowed_ids()
+        self.seconds += time.perf_counter() - t0
+        if not len(ids):
+            return Distribution.one_hot(self._stuck())
+        if 0 < s.top_k < len(ids):
+            ids = ids[np.argpartition(row[ids], len(ids) - s.top_k)[len(ids) - s.top_k:]]
+        return shape_candidates(ids, row[ids], s)
+
+    def _bits(self, ids: np.ndarray) -> np.ndarray:
+        """Whether each of ``ids`` is allowed, from the mask just filled."""
+        words = self._mask.view(np.uint32)
+        return ((words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)

@@ -1,0 +1,169 @@
+"""What a request asks its answer to match: a JSON schema, any JSON object, a grammar (GBNF or Lark) or a regex.
+
+A ``ConstraintSpec`` is plain data (it rides in GenerationSettings, hashable); ``grammar()`` compiles it into
+llguidance's grammar and checks it, without a model, so a bad schema or grammar is an error before anything loads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+from localspec.errors import UserError
+
+Kind = Literal["json_schema", "json_object", "grammar", "regex"]
+KINDS: tuple[Kind, ...] = ("json_schema", "json_object", "grammar", "regex")
+# compact JSON: the separators a model was shown in its worked examples, and more of the answer forced (drafted)
+JSON_OPTIONS = {"whitespace_flexible": False}
+
+
+class ConstraintError(UserError):
+    """A schema, grammar or regex that cannot be used; ``param``: the request field it came from (serve's 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """``text``: the schema as JSON, the grammar or the regex; ``name``: the schema's name (OpenAI's)."""
+
+    kind: Kind
+    text: str = ""
+    name: str = ""
+
+    @classmethod
+    def json_schema(cls, schema: Mapping[str, Any] | str, name: str = "") -> ConstraintSpec:
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except ValueError as e:
+                raise ConstraintError(f"the JSON schema is not valid JSON: {e}") from None
+        if not isinstance(schema, Mapping):
+            raise ConstraintError("a JSON schema must be a JSON object")
+        # key order kept: the answer's properties come in the schema's order
+        return cls("json_schema", json.dumps(schema), name)
+
+    @classmethod
+    def of(cls, value: Any) -> ConstraintSpec | None:
+        """OpenAI's ``response_format`` (``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``,
+        ``{"type": "json_object"}``, ``{"type": "text"}``), localspec's ``{"type": "grammar", "grammar": GBNF or
+        Lark}`` and ``{"type": "regex", "regex": ...}``, a pydantic model class, or a ConstraintSpec. Checked."""
+        if value is None or isinstance(value, ConstraintSpec):
+            spec = value
+        elif hasattr(value, "model_json_schema"):  # a pydantic model, as the openai client's parse() takes
+            spec = cls.json_schema(value.model_json_schema(), getattr(value, "__name__", ""))
+        elif not isinstance(value, Mapping):
+            raise ConstraintError("response_format must be an object such as {\"type\": \"json_object\"}")
+        else:
+            spec = _from_mapping(value)
+        if spec is not None:
+            spec.grammar()
+        return spec
+
+    def describe(self) -> str:
+        return {"json_schema": f"JSON schema {self.name!r}" if self.name else "JSON schema",
+                "json_object": "JSON object", "grammar": "grammar", "regex": "regex"}[self.kind]
+
+    def grammar(self) -> str:
+        """llguidance's grammar for this spec; ConstraintError (naming where) if it cannot compile."""
+        return _compiled(self)
+
+
+def _from_mapping(value: Mapping[str, Any]) -> ConstraintSpec | None:
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ConstraintSpec("json_object")
+    if kind == "json_schema":
+        inner = value.get("json_schema")
+        if not isinstance(inner, Mapping) or not isinstance(inner.get("schema", {}), Mapping):
+            raise ConstraintError("response_format.json_schema must be an object with a schema object in it",
+                                  "response_format.json_schema")
+        name = inner.get("name") if isinstance(inner.get("name"), str) else ""
+        return ConstraintSpec.json_schema(inner.get("schema") or {"type": "object"}, name)
+    if kind in ("grammar", "regex"):
+        text = value.get(kind)
+        if not isinstance(text, str) or not text.strip():
+            raise ConstraintError(f"response_format.{kind} must be a non-empty string", f"response_format.{kind}")
+        return ConstraintSpec(kind, text)
+    raise ConstraintError("response_format.type must be text, json_object, json_schema, grammar or regex, got "
+                          f"{kind!r}", "response_format.type")
+
+
+@lru_cache(maxsize=256)
+def _compiled(spec: ConstraintSpec) -> str:
+    from llguidance import LLMatcher
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+
+    if spec.kind == "json_object":
+        grammar = LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
+    elif spec.kind == "json_schema":
+        grammar = LLMatcher.grammar_from_json_schema(spec.text, defaults=JSON_OPTIONS)
+    elif spec.kind == "regex":
+        try:
+            re.compile(spec.text)
+        except re.error as e:
+            raise ConstraintError(f"the regex does not compile: {e.msg} at position {e.pos}") from None
+        grammar = LLMatcher.grammar_from_regex(spec.text)
+    elif spec.kind == "grammar":
+        text = spec.text
+        if "::=" in text:  # llama.cpp's GBNF; else Lark (llguidance's own syntax)
+            try:
+                text = gbnf_to_lark(text)
+            except Exception as e:  # its parser raises plain exceptions with the line in the message
+                raise ConstraintError(f"the GBNF grammar does not parse: {_one_line(str(e))}") from None
+        grammar = LLMatcher.grammar_from_lark(text)
+    else:
+        raise ConstraintError(f"unknown constraint kind {spec.kind!r}: one of {', '.join(KINDS)}")
+    error = _error(grammar)
+    if error:
+        where = _place(json.loads(spec.text), "") if spec.kind == "json_schema" else ""
+        at = f" (at {where})" if where else ""
+        raise ConstraintError(f"the {spec.describe()} cannot be used{at}: {_one_line(error)}")
+    return grammar
+
+
+def _error(grammar: str) -> str:
+    from llguidance import LLMatcher
+
+    error = LLMatcher.validate_grammar(grammar)
+    return "" if not error or error.startswith("WARNING") else error
+
+
+def _place(schema: Any, path: str) -> str:
+    """Where in a failing schema the failure is: the deepest sub-schema that fails on its own (a dotted path such
+    as ``properties.items.items``); "" for the root. A sub-schema that needs its root ($ref) is not tried alone."""
+    from llguidance import LLMatcher
+
+    if not isinstance(schema, Mapping) or "$ref" in json.dumps(schema):
+        return path
+    children: list[tuple[str, Any]] = []
+    for key in ("properties", "$defs", "definitions", "patternProperties"):
+        if isinstance(schema.get(key), Mapping):
+            children += [(f"{key}.{name}", sub) for name, sub in schema[key].items()]
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(schema.get(key), Mapping):
+            children.append((key, schema[key]))
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        if isinstance(schema.get(key), list):
+            children += [(f"{key}.{i}", sub) for i, sub in enumerate(schema[key])]
+    for name, sub in children:
+        if isinstance(sub, Mapping):
+            try:
+                failed = bool(_error(LLMatcher.grammar_from_json_schema(json.dumps(sub), defaults=JSON_OPTIONS)))
+            except ValueError:
+                failed = True
+            if failed:
+                return _place(sub, f"{path}.{name}" if path else name)
+    return path
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:400]

@@ -1,0 +1,260 @@
+"""Structured output: specs and their errors (no model), then the real model under JSON schemas, a grammar and a
+regex: lossless against constrained target-only for every drafter, valid answers, forced tokens drafted, and the
+sampled distribution the grammar's mask defines (chi-square)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from localspec.cli import app
+from localspec.events import Finished, Step
+from localspec.openai_body import BodyError, parse_body
+from localspec.runtime import Runtime
+from localspec.settings import (
+    GenerationSettings,
+    HistorySettings,
+    RuntimeSettings,
+    SamplingSettings,
+    Settings,
+    SpeculationSettings,
+)
+from localspec.structured import ConstraintError, ConstraintSpec
+from tests.conftest import assert_one_line_error
+
+runner = CliRunner()
+
+# -- specs, without a model --
+
+
+@pytest.mark.parametrize(("schema", "where", "why"), [
+    ({"type": "object", "properties": {"a": {"type": "strin"}}}, "properties.a", "strin"),
+    ({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string", "format": "nope"}}}},
+     "properties.a.items", "nope"),
+])
+def test_a_schema_that_cannot_compile_names_its_place(schema: dict, where: str, why: str) -> None:
+    with pytest.raises(ConstraintError) as e:
+        ConstraintSpec.json_schema(schema).grammar()
+    assert f"(at {where})" in str(e.value) and why in str(e.value)
+
+
+def test_a_gbnf_error_gives_its_line_and_a_bad_regex_its_position() -> None:
+    with pytest.raises(ConstraintError, match="line 2"):
+        ConstraintSpec("grammar", 'root ::= "a" item\nitem ::= "b" | + "c"\n').grammar()
+    with pytest.raises(ConstraintError, match="position"):
+        ConstraintSpec("regex", "(ab").grammar()
+    assert ConstraintSpec("grammar", 'root ::= "yes" | "no"').grammar()
+    assert ConstraintSpec("grammar", 'start: "yes" | "no"').grammar()  # Lark
+
+
+def test_response_format_in_a_body() -> None:
+    chat = {"messages": [{"role": "user", "content": "x"}]}
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    body = parse_body({**chat, "response_format": {"type": "json_schema", "json_schema": {"name": "s",
+                                                                                          "schema": schema}}}, None, "1")
+    assert body.request.constraint == ConstraintSpec.json_schema(schema, "s")
+    assert parse_body({**chat, "response_format": {"type": "json_object"}}, None, "1").request.constraint.kind \
+        == "json_object"
+    assert parse_body({**chat, "response_format": {"type": "text"}}, None, "1").request.constraint is None
+    with pytest.raises(BodyError) as e:
+        parse_body({**chat, "response_format": {"type": "regex", "regex": ""}}, None, "1")
+    assert e.value.param == "response_format.regex"
+
+
+def test_run_options_are_checked_before_the_model_loads(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "object", "properties": {"a": {"type": "strin"}}}')
+    for args, fragment in [
+        (["--json-schema", str(bad)], "properties.a"),
+        (["--json-schema", str(tmp_path / "missing.json")], "cannot read --json-schema"),
+        (["--regex", "a", "--grammar", str(bad)], "not --grammar and --regex"),
+        (["--regex", "(a"], "regex does not compile"),
+    ]:
+        result = runner.invoke(app, ["run", "hello", *args])
+        assert_one_line_error(result.exit_code, result.stderr, fragment)
+
+
+# -- the real model --
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer",
+          "minimum": 0, "maximum": 130}, "city": {"type": "string", "maxLength": 20}},
+          "required": ["name", "age", "city"], "additionalProperties": False}
+INVOICE = {"type": "object", "properties": {"vendor": {"type": "string", "maxLength": 24},
+           "total": {"type": "number"}, "currency": {"enum": ["EUR", "USD", "GBP"]}},
+           "required": ["vendor", "total", "currency"], "additionalProperties": False}
+TICKET = {"type": "object", "properties": {"priority": {"enum": ["low", "medium", "high"]},
+          "product": {"type": "string", "maxLength": 20}, "summary": {"type": "string", "maxLength": 40}},
+          "required": ["priority", "product", "summary"], "additionalProperties": False}
+TAGS = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 12},
+        "maxItems": 4}}, "required": ["tags"], "additionalProperties": False}
+MEETING = {"type": "object", "properties": {"day": {"enum": ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]},
+           "hour": {"type": "integer", "minimum": 0, "maximum": 23}, "room": {"type": "string", "maxLength": 12}},
+           "required": ["day", "hour", "room"], "additionalProperties": False}
+BOOK = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 30}, "author": {"type": "string",
+        "maxLength": 24}, "year": {"type": "integer"}}, "required": ["title", "author", "year"],
+        "additionalProperties": False}
+
+# a worked example each, as a base model needs (without one it runs numbers and strings to the limit)
+CASES: list[tuple[dict, str, list[str]]] = [
+    (PERSON, 'Text: Anna Schmidt, 34, lives in Berlin.\nJSON: {"name":"Anna Schmidt","age":34,"city":"Berlin"}',
+     ["Marco Rossi is 51 and lives in Rome.", "Li Wei (27) moved to Shanghai.", "Berlin is home to Jonas, 40.",
+      "Sara Lopez, aged 63, Madrid.", "Tom Baker lives in Leeds and is 19."]),
+    (INVOICE, 'Text: Invoice from ACME GmbH, total 120.50 EUR.\nJSON: {"vendor":"ACME GmbH","total":120.5,'
+     '"currency":"EUR"}', ["Bill from Northwind, 99.99 USD due.", "Globex Ltd invoiced 4500 GBP.",
+                           "Amount 12.00 EUR, vendor Initech.", "Umbrella Corp: total 300 USD.",
+                           "Stark Industries charged 75.25 EUR."]),
+    (TICKET, 'Text: The printer app crashes on start, urgent!\nJSON: {"priority":"high","product":"printer app",'
+     '"summary":"crashes on start"}', ["Minor typo in the billing page footer.", "Login fails for all users now.",
+                                       "Dark mode colours look a bit off in Mail.", "Export to CSV is slow sometimes.",
+                                       "Payments down for every customer!"]),
+    (TAGS, 'Text: A recipe for vegan chocolate cake.\nJSON: {"tags":["recipe","vegan","cake"]}',
+     ["A guide to hiking in the Alps.", "Review of a budget laptop.", "News about interest rates.",
+      "Tips for learning Spanish fast.", "A story about a lost dog."]),
+    (MEETING, 'Text: Let us meet Tuesday at 14 in room B2.\nJSON: {"day":"Tuesday","hour":14,"room":"B2"}',
+     ["Friday 9 am, room A1.", "See you Monday at 16 in C3.", "Wednesday, 11 o\'clock, room D4.",
+      "Thursday at 8 in the lab.", "Monday 13h in room 101."]),
+    (BOOK, 'Text: Dune by Frank Herbert, published 1965.\nJSON: {"title":"Dune","author":"Frank Herbert","year":1965}',
+     ["1984 by George Orwell (1949).", "Emma, a novel by Jane Austen from 1815.", "Neuromancer, William Gibson, 1984.",
+      "Ulysses (1922), James Joyce.", "The Hobbit by J. R. R. Tolkien, 1937."]),
+]
+PAIRS = [(schema, f"Extract the fields as JSON.\n{example}\nText: {text}\nJSON: ") for schema, example, texts in CASES
+         for text in texts]
+MAX_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def rt(model_path: Path) -> Iterator[Runtime]:
+    runtime = Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=1024), SpeculationSettings(drafter="none"),
+                                    history=HistorySettings("memory")))
+    yield runtime
+    runtime.close()
+
+
+def constrained(rt: Runtime, prompt: str, spec: ConstraintSpec, drafter: str, k: int | None = None,
+                max_tokens: int = MAX_TOKENS) -> tuple[list[int], str, Finished]:
+    rt.set_drafter(drafter)
+    rt.fresh(k=k)
+    ids: list[int] = []
+    text: list[str] = []
+    finished: Finished | None = None
+    for event in rt.generate(rt.prompt_tokens(prompt), GenerationSettings(max_tokens=max_tokens, constraint=spec)):
+        if isinstance(event, Step):
+            ids += [t.id for t in event.emitted]
+            text += [t.text for t in event.emitted]
+        elif isinstance(event, Finished):
+            finished = event
+            text.append(event.tail)
+    assert finished is not None
+    return ids, "".join(text), finished
+
+
+@pytest.fixture(scope="module")
+def target_only(rt: Runtime) -> list[list[int]]:
+    """Each pair's constrained target-only answer; every one of them parses and is whole."""
+    outs = []
+    for schema, prompt in PAIRS:
+        ids, text, finished = constrained(rt, prompt, ConstraintSpec.json_schema(schema), "none")
+        assert finished.reason == "eog", (prompt, text)
+        assert finished.stats.forced_drafted == 0  # --drafter none drafts nothing, forced tokens included
+        assert set(json.loads(text)) == set(schema["required"]), text
+        outs.append(ids)
+    return outs
+
+
+def test_thirty_pairs_under_ngram_drafts_equal_constrained_target_only(rt: Runtime, target_only: list) -> None:
+    assert len(PAIRS) >= 30
+    forced = accepted = passes = tokens = 0
+    for (schema, prompt), base in zip(PAIRS, target_only):
+        ids, text, finished = constrained(rt, prompt, ConstraintSpec.json_schema(schema), "ngram")
+        assert ids == base, (prompt, text)
+        forced += finished.stats.forced_drafted
+        accepted += finished.stats.forced_accepted
+        passes += finished.stats.target_passes
+        tokens += finished.stats.generated_tokens
+    assert forced and accepted >= 0.9 * forced  # forced tokens are drafts the target nearly always takes
+    assert tokens / passes > 1.5  # drafts under a schema pay in tokens a pass
+
+
+def test_drafts_from_earlier_answers_and_a_draft_model_stay_lossless(rt: Runtime, target_only: list,
+                                                                     model_path: Path) -> None:
+    # the history (memory) holds the ngram run's answers now: "auto" drafts them back, verified under the grammar
+    for (schema, prompt), base in list(zip(PAIRS, target_only))[::3]:
+        assert constrained(rt, prompt, ConstraintSpec.json_schema(schema), "auto")[0] == base
+    settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024),
+                        SpeculationSettings(drafter="draft", draft_model=str(model_path), k=3),
+                        history=HistorySettings("off"))
+    with Runtime.open(settings) as other:
+        for (schema, prompt), base in list(zip(PAIRS, target_only))[::6]:
+            assert constrained(other, prompt, ConstraintSpec.json_schema(schema), "draft", k=3)[0] == base
+
+
+def test_a_grammar_a_regex_and_stop_strings_say_why_they_ended(rt: Runtime) -> None:
+    prompt = "Q: Is the sky blue on a clear day? Answer yes or no.\nA:"
+    ids, text, finished = constrained(rt, prompt, ConstraintSpec("grammar", 'root ::= " " ("yes" | "no")'), "ngram")
+    assert text in (" yes", " no") and finished.reason == "eog"
+    spec = ConstraintSpec("regex", r"[0-9]{3}-[0-9]{4}")
+    _, text, finished = constrained(rt, "Call me at 555-1234 or at", spec, "ngram")
+    assert len(text) == 8 and text[3] == "-" and finished.reason == "eog"
+    _, text, finished = constrained(rt, "Count: 1 2 3 4 5", ConstraintSpec("regex", r"( [0-9])+"), "ngram",
+                                    max_tokens=6)
+    assert finished.reason == "length" and text.startswith(" ")
+
+
+def test_a_sampled_token_under_a_grammar_follows_the_masked_distribution(rt: Runtime) -> None:
+    """The first token of a sampled answer, drafts on, against the target's logits masked by the whole
+    vocabulary's mask and then shaped: the distribution is the mask's, not the drafts'."""
+    from tests.stats_helpers import chi_square, chi_square_critical
+
+    from localspec.engine import Context
+    from localspec.sampling import shape
+
+    spec = ConstraintSpec("regex", "(red|orange|yellow|green|blue|indigo|violet|pink|brown|black)")
+    prompt = rt.prompt_tokens("My favourite colour is")
+    settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    grammar = rt.generator.grammars.start(spec)
+    with Context(rt.model, n_ctx=256) as ctx:
+        ctx.decode(prompt[:-1])
+        row = ctx.decode(prompt[-1:], all_logits=True)[0].copy()
+    masked = np.full_like(row, -np.inf)
+    allowed = grammar._allowed_ids()
+    masked[allowed] = row[allowed]
+    p = shape(masked, settings)
+    p_ids, p_probs = p.ids[p.probs > 0], p.probs[p.probs > 0]
+    counts: dict[int, int] = {}
+    draws = 300
+    rt.set_drafter("ngram")
+    try:
+        for seed in range(draws):
+            rt.generator.sampling = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+            rt.fresh(k=3)
+            first = next(e for e in rt.generate(prompt, GenerationSettings(max_tokens=1, constraint=spec))
+                         if isinstance(e, Step))
+            token = first.emitted[0].id
+            counts[token] = counts.get(token, 0) + 1
+    finally:
+        rt.generator.sampling = SamplingSettings()
+    assert set(counts) <= set(allowed.tolist())  # nothing the grammar forbids
+    observed = np.array([counts.get(int(t), 0) for t in p_ids])
+    assert observed.sum() == draws
+    stat, df = chi_square(observed, p_probs)
+    assert stat < chi_square_critical(df), (stat, df)
+
+
+def test_many_prompts_in_one_batch_each_under_its_own_schema_equal_target_only(model_path: Path,
+                                                                                target_only: list) -> None:
+    from localspec import generate_many
+
+    chosen = list(range(0, len(PAIRS), 5))
+    prompts = [{"id": str(i), "prompt": PAIRS[i][1], "max_tokens": MAX_TOKENS, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "schema": PAIRS[i][0]}}} for i in chosen]
+    results = {r.id: r for r in generate_many(prompts, model=str(model_path), drafter="ngram", parallel=3,
+                                              ctx=1024, keep_history=False)}
+    for i in chosen:
+        result = results[str(i)]
+        assert result.finish_reason == "stop" and json.loads(result.text)
+        assert result.tokens == target_only[i], (PAIRS[i][1], result.text)
