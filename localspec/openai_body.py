@@ -3,7 +3,7 @@ lines (an OpenAI Batch line's ``body``, and localspec's own lines, which are the
 ``generate_many``'s mappings. One reader, so that batch and serve cannot drift apart on what a body means.
 
 Strict: a known field of the wrong type or out of range is an error naming it (``"5"`` is not a number, as OpenAI's
-own server says). What localspec cannot do (``n`` > 1, logprobs, tools, penalties) is an
+own server says). What localspec cannot do (``n`` > 1, logprobs, penalties, the old ``functions``) is an
 error that says so, never a silently different answer; a value that asks for nothing (``n: 1``,
 ``presence_penalty: 0``, ``tools: []``) is accepted. Unknown fields are ignored, as OpenAI's server does.
 
@@ -22,6 +22,7 @@ from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.settings import MODEL_FREE_DRAFTERS, TEMPERATURE_MAX
 from localspec.structured import ConstraintError, ConstraintSpec
+from localspec.structured.tools import ToolUse, read_tools
 
 Kind = Literal["chat", "completion"]
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -98,6 +99,7 @@ def parse_body(data: object, kind: Kind | None, id: str, *, style: str = "plain"
         style=style,
         line=line,
         constraint=_constraint(_get(data, "response_format")),
+        tools=_tools(data, kind),
     )
     _number(speculation, "branches", int, 1, 1, param="speculation.branches",
             why="token trees are not verified inside the shared pass")
@@ -135,9 +137,7 @@ _NO_OPS: dict[str, tuple[tuple[Any, ...], str]] = {
     "presence_penalty": ((0,), "presence_penalty is not supported (it would change the answer): leave it 0"),
     "frequency_penalty": ((0,), "frequency_penalty is not supported (it would change the answer): leave it 0"),
     "logit_bias": (({},), "logit_bias is not supported: leave it out or empty"),
-    "tools": (([],), "tools (function calling) are not supported: the answer is text"),
     "functions": (([],), "functions (function calling) are not supported: the answer is text"),
-    "tool_choice": (("none",), "tool_choice: tools are not supported, so only 'none'"),
     "function_call": (("none",), "function_call: functions are not supported, so only 'none'"),
     "modalities": ((["text"],), "modalities: only [\"text\"] is supported"),
     "audio": ((), "audio output is not supported"),
@@ -257,6 +257,18 @@ def _constraint(value: Any) -> ConstraintSpec | None:
         return ConstraintSpec.of(value)
     except ConstraintError as e:
         raise BodyError(e.param or "response_format", str(e)) from None
+
+
+def _tools(data: Mapping[str, Any], kind: Kind) -> ToolUse | None:
+    try:
+        use = read_tools(_get(data, "tools"), _get(data, "tool_choice"), _get(data, "parallel_tool_calls"))
+    except ConstraintError as e:
+        raise BodyError(e.param or "tools", str(e)) from None
+    if use is not None and kind != "chat":
+        raise BodyError("tools", "tools need a chat completion (messages), not a text completion")
+    if use is not None and _get(data, "response_format") not in (None, {"type": "text"}):
+        raise BodyError("response_format", "give either tools or a response_format, not both")
+    return use
 
 
 def _drafter(value: Any) -> str | None:

@@ -41,7 +41,10 @@ from localspec.speculative.scheduler import Job
 from localspec.speculative.shape_timing import load_or_measure_shapes
 from localspec.speculative.shapes import Shapes
 from localspec.speculative.survival import Survival
+from localspec.structured import ConstraintSpec
 from localspec.structured.grammars import Grammars
+from localspec.structured.tool_prompt import tool_calls, tool_prompt
+from localspec.structured.tools import Calls, ToolUse
 
 if TYPE_CHECKING:
     import numpy as np
@@ -68,6 +71,7 @@ class Prompts:
 
     model: Model
     chat_template: ChatTemplate
+    grammars: Grammars | None
 
     def prompt_tokens(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
         """A plain prompt may name special tokens ("<start_of_turn>"), as in llama.cpp; a chat message may not."""
@@ -82,6 +86,14 @@ class Prompts:
     def chat_tokens(self, messages: list[Message]) -> list[int]:
         """A conversation in the chat template, ready for the model's answer; the messages' text stays text."""
         return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True)
+
+    def tool_prompt(self, messages: list[Message], use: ToolUse) -> tuple[list[int], ConstraintSpec]:
+        """A conversation with tools: its tokens, and the constraint of the answer's calls (structured/)."""
+        return tool_prompt(self.chat_template, self.model.vocab, messages, use)
+
+    def tool_calls(self, text: str, use: ToolUse) -> Calls:
+        """The tool calls in an answer, each valid for its tool; none where the answer is text."""
+        return tool_calls(self.grammars, text, use)
 
 
 @dataclass
@@ -104,6 +116,7 @@ class Runtime(Prompts):
     say: Callable[[str], None] | None = field(default=None, repr=False)
     # earlier requests' tokens, which the lookup drafts from too (None: --history off); fed as each generation ends
     history: History | None = None
+    grammars: Grammars | None = field(default=None, repr=False)  # the model's (structured output), the generator's
 
     @classmethod
     def open(
@@ -153,6 +166,7 @@ class Runtime(Prompts):
                      settings, device, notices, stack, say=say, history=history)
             rt._drafters[drafter_name] = drafters
             rt.reads = reads
+            rt.grammars = generator.grammars
             if drafters:
                 rt._calibrate(cancelled)
             if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating

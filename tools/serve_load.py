@@ -17,6 +17,7 @@ and warmed (one request, and a connection each) in this process before the clock
     .venv/bin/python tools/serve_load.py                       # 1, 8 and 32 clients x 2 turns, four servers
     .venv/bin/python tools/serve_load.py --clients 1 --requests 4 --servers localspec
     .venv/bin/python tools/serve_load.py --base-url http://127.0.0.1:8000/v1   # a server already running
+    .venv/bin/python tools/serve_load.py --suite extract-json --items --schemas   # structured output, each server
 """
 
 from __future__ import annotations
@@ -96,7 +97,14 @@ def prompts(suite: str | None = None) -> list[str]:
     else:
         path = SUITE if SUITE.exists() else shipped / "default.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for r in rows:  # a row's JSON schema (structured suites): sent as its response_format with --schemas
+        if "schema" in r:
+            SCHEMAS[r["prompt"]] = {"type": "json_schema", "json_schema": {"name": r["id"], "schema": r["schema"]}}
     return [r["prompt"] for r in rows]
+
+
+SCHEMAS: dict[str, dict] = {}  # prompt → its response_format (--schemas)
+USE_SCHEMAS = False
 
 
 SERVERS = {
@@ -137,9 +145,11 @@ async def client(api: AsyncOpenAI, index: int, turns: int, first: str, conversat
         pieces: list[str] = []
         chunks = 0
         try:
+            shaped = SCHEMAS.get(messages[-1]["content"]) if USE_SCHEMAS else None
             stream = await api.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
                                                        temperature=0, stream=True,
-                                                       stream_options={"include_usage": True})
+                                                       stream_options={"include_usage": True},
+                                                       **({"response_format": shaped} if shaped else {}))
             async for chunk in stream:
                 extra = chunk.model_extra or {}
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -409,7 +419,11 @@ def main() -> None:
                     "item (a templated job sent by many clients) instead of a conversation's follow-up")
     ap.add_argument("--warm-turns", type=int, default=0, help="with --items: each client's first N items sent "
                     "before the clock starts (a server that has been up: its earlier requests are what it drafts from)")
+    ap.add_argument("--schemas", action="store_true", help="send each item's JSON schema (a structured suite's "
+                    "'schema', e.g. --suite extract-json --items) as its response_format, to every server")
     args = ap.parse_args()
+    global USE_SCHEMAS
+    USE_SCHEMAS = args.schemas
     if args.warm_turns and not args.items:
         ap.error("--warm-turns goes with --items (a conversation's first turns are part of it)")
     reports = []

@@ -32,7 +32,7 @@ from localspec.openai_body import BodyError, loads, lone_surrogate, parse_body
 
 ENDPOINTS = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions"}
 # OpenAI's finish reasons are stop and length: a full context is a length, an interrupted answer is not written
-OPENAI_FINISH = {"stop": "stop", "length": "length", "context_full": "length"}
+OPENAI_FINISH = {"stop": "stop", "length": "length", "context_full": "length", "tool_calls": "tool_calls"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,8 @@ def record(result: Result, request: Request | LineError, model: str) -> dict[str
         stats = result.stats.to_dict()
         stats.pop("accepted_by_position", None)  # per-position detail: run --json has it; here it bloats every line
         return {"id": result.id, "text": result.text, "tokens": len(result.tokens),
-                "finish_reason": result.finish_reason, "stats": stats}
+                "finish_reason": result.finish_reason, "stats": stats,
+                **({"tool_calls": result.tool_calls} if result.tool_calls else {})}
     line_id = f"batch_req_{result.id}"
     if result.error is not None:
         return {"id": line_id, "custom_id": result.id, "response": None,
@@ -135,7 +136,9 @@ def record(result: Result, request: Request | LineError, model: str) -> dict[str
     if request.style == "openai-chat":
         body: dict[str, Any] = {"id": f"chatcmpl-{result.id}", "object": "chat.completion", "created": created,
                                 "model": model, "choices": [{"index": 0, "finish_reason": finish, "message": {
-                                    "role": "assistant", "content": result.text}}], "usage": usage}
+                                    "role": "assistant", "content": result.text or None if result.tool_calls
+                                    else result.text, **({"tool_calls": result.tool_calls} if result.tool_calls
+                                                         else {})}}], "usage": usage}
     else:
         body = {"id": f"cmpl-{result.id}", "object": "text_completion", "created": created, "model": model,
                 "choices": [{"index": 0, "text": result.text, "finish_reason": finish}], "usage": usage}

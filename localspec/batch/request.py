@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from localspec.engine.chat import Message
 from localspec.structured import ConstraintSpec
+from localspec.structured.tools import ToolUse
 
 # how a result is written back: as the line came (plain), or as OpenAI Batch API output for either endpoint
 STYLES = ("plain", "openai-chat", "openai-completions")
@@ -32,3 +33,4 @@ class Request:
     line: int = 0  # where it came from in an input file (1-based; 0: not from a file)
     # what the answer must match (OpenAI's response_format: a JSON schema, JSON, a grammar, a regex)
     constraint: ConstraintSpec | None = None
+    tools: ToolUse | None = None  # the tools the answer may call (OpenAI's tools, tool_choice, parallel_tool_calls)

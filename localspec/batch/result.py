@@ -9,7 +9,8 @@ from localspec.events import Stats
 
 @dataclass(slots=True)
 class Result:
-    """``finish_reason``: stop (end of generation or a stop string) | length | context_full | interrupted | error.
+    """``finish_reason``: stop (end of generation or a stop string) | length | context_full | interrupted |
+    tool_calls | dead_end (a grammar allowed nothing more) | error.
     ``error`` is set (and ``text`` empty) when the request failed before generating, e.g. a prompt too long."""
 
     id: str
@@ -19,6 +20,9 @@ class Result:
     stats: Stats = field(default_factory=Stats)
     error: str | None = None
     index: int = 0  # the request's position in the job
+    # the tools the answer called (OpenAI's tool_calls: id, type, function {name, arguments as a JSON string});
+    # finish_reason "tool_calls", and ``text`` the text before them
+    tool_calls: list[dict] | None = None
 
     @property
     def ok(self) -> bool:

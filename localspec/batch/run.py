@@ -61,8 +61,14 @@ def run_requests(
                 pending.pieces.append(token.text)
         elif isinstance(event, Finished):
             pending.pieces.append(event.tail)
-            yield Result(pending.request.id, "".join(pending.pieces), pending.tokens,
-                         FINISH_REASONS.get(event.reason, event.reason), event.stats, index=pending.index)
+            result = Result(pending.request.id, "".join(pending.pieces), pending.tokens,
+                            FINISH_REASONS.get(event.reason, event.reason), event.stats, index=pending.index)
+            if pending.request.tools is not None:
+                calls = rt.tool_calls(result.text, pending.request.tools)
+                if calls.calls:
+                    result.text, result.tool_calls = calls.content or "", list(calls.calls)
+                    result.finish_reason = "tool_calls"
+            yield result
         elif isinstance(event, Failed):
             yield Result(pending.request.id, finish_reason="error", error=event.message, index=pending.index)
     yield from failed
@@ -84,7 +90,10 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
                                       f"(--max-tokens-cap), got {request.max_tokens}")
     sampling.validate()
     generation.validate()
-    if request.messages is not None:
+    if request.tools is not None:  # the tools shown to the model (its template's way, or a system message)
+        tokens, tool_constraint = rt.tool_prompt(list(request.messages or ()), request.tools)
+        generation = replace(generation, constraint=tool_constraint)
+    elif request.messages is not None:
         tokens = rt.chat_tokens(list(request.messages))
     else:
         tokens = rt.prompt_tokens(request.prompt or "", chat=chat)

@@ -226,7 +226,8 @@ class Bench:
         tokens: list[int] = []
         pieces: list[str] = []
         finished: Finished | None = None
-        for event in rt.generate(self.prompt_tokens(prompt), GenerationSettings(max_tokens=max_tokens)):
+        for event in rt.generate(self.prompt_tokens(prompt),
+                                 GenerationSettings(max_tokens=max_tokens, constraint=prompt.constraint)):
             if isinstance(event, Step):
                 for t in event.emitted:
                     tokens.append(t.id)

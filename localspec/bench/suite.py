@@ -1,22 +1,24 @@
 """Benchmark suites: JSONL files of prompts, one object a line, grouped in the report by their category.
 
-A row is ``{"id": str, "category": str, "prompt": str, "max_tokens": int?}``. Every problem is reported with
-the file and line it is on, so a hand-written suite can be fixed without guessing.
+A row is ``{"id": str, "category": str, "prompt": str, "max_tokens": int?, "schema": object?}``; a row with a
+JSON schema is answered under it (structured output), by every drafter and by target-only alike. Every problem is
+reported with the file and line it is on, so a hand-written suite can be fixed without guessing.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
 from localspec.errors import UserError
+from localspec.structured import ConstraintSpec
 
 DEFAULT_SUITE = "default"
 DEFAULT_MAX_TOKENS = 128  # for rows that do not say: long enough for speculation to settle, short enough to repeat
 _REQUIRED = ("id", "category", "prompt")
-_KNOWN = (*_REQUIRED, "max_tokens")
+_KNOWN = (*_REQUIRED, "max_tokens", "schema")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,7 @@ class BenchPrompt:
     category: str
     prompt: str
     max_tokens: int = DEFAULT_MAX_TOKENS
+    constraint: ConstraintSpec | None = None  # the row's JSON schema, if it has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +44,7 @@ class Suite:
         """The same suite with every row's token budget replaced (``--max-tokens``); None keeps the rows'."""
         if max_tokens is None:
             return self
-        return Suite(self.name, tuple(BenchPrompt(p.id, p.category, p.prompt, max_tokens) for p in self.prompts))
+        return Suite(self.name, tuple(replace(p, max_tokens=max_tokens) for p in self.prompts))
 
 
 def parse_suite(text: str, source: str) -> Suite:
@@ -83,12 +86,19 @@ def _parse_row(line: str, where: str) -> BenchPrompt:
     # bool is an int in Python: refuse `true` explicitly
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise UserError(f"{where}: 'max_tokens' must be a positive integer, got {json.dumps(max_tokens)}")
-    return BenchPrompt(row["id"], row["category"], row["prompt"], max_tokens)
+    constraint = None
+    if "schema" in row:
+        try:
+            constraint = ConstraintSpec.json_schema(row["schema"], row["id"])
+            constraint.grammar()
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+    return BenchPrompt(row["id"], row["category"], row["prompt"], max_tokens, constraint)
 
 
 # the shipped suites, by name (--suite NAME): the default one, and jobs whose text repeats across requests (one
 # template over many items, tool calls, code with shared boilerplate, a conversation), for `bench --job`
-SHIPPED_SUITES = ("default", "template-emails", "tool-calls", "code-boilerplate", "multi-turn")
+SHIPPED_SUITES = ("default", "template-emails", "tool-calls", "code-boilerplate", "multi-turn", "extract-json")
 
 
 def load_suite(path: Path | None) -> Suite:

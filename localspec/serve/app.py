@@ -32,6 +32,7 @@ from localspec.serve.protocol import ApiError, parse
 from localspec.serve.responses import Answer, timings
 from localspec.serve.service import Service, Ticket
 from localspec.speculative.scheduler import Failed
+from localspec.structured.tools import ToolUse, may_call
 
 log = logging.getLogger("localspec.serve")
 T = TypeVar("T")
@@ -124,14 +125,15 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             ticket.gone.set()
             service.queue.withdraw(ticket)
             raise
+        tools = body.request.tools
         if body.stream:
-            return _EventStream(_sse(stream(answer, ticket, body.include_usage)), ticket)
+            return _EventStream(_sse(stream(answer, ticket, body.include_usage, tools)), ticket)
         try:
-            return JSONResponse(await watching(request, ticket, lambda: whole(answer, ticket)))
+            return JSONResponse(await watching(request, ticket, lambda: whole(answer, ticket, tools)))
         finally:
             ticket.gone.set()
 
-    async def whole(answer: Answer, ticket: Ticket) -> dict[str, Any]:
+    async def whole(answer: Answer, ticket: Ticket, tools: ToolUse | None) -> dict[str, Any]:
         pieces: list[str] = []
         reused = 0
         while True:
@@ -142,26 +144,39 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                 pieces.extend(t.text for t in event.emitted)
             elif isinstance(event, Finished):
                 pieces.append(event.tail)
-                return answer.whole("".join(pieces), event.reason, event.stats, reused, ticket.drafters)
+                text = "".join(pieces)
+                calls = rt.tool_calls(text, tools) if tools is not None else None
+                return answer.whole(text, event.reason, event.stats, reused, ticket.drafters, calls)
             elif isinstance(event, Failed):
                 raise ApiError(500, event.message, type="server_error")
 
-    async def stream(answer: Answer, ticket: Ticket, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
+    async def stream(answer: Answer, ticket: Ticket, include_usage: bool,
+                     tools: ToolUse | None) -> AsyncIterator[dict[str, Any]]:
         reused = 0
+        text = ""
+        held = ""  # with tools: the text from where a call may begin, sent at the end as calls or as text
         yield answer.chunk(first=True)
         while True:
             event = await ticket.events.get()
             if isinstance(event, Prefill):
                 reused = event.prompt_tokens - event.new_tokens
             elif isinstance(event, Step):
-                text = "".join(t.text for t in event.emitted)
-                if text:
-                    yield answer.chunk(text)
+                piece = "".join(t.text for t in event.emitted)
+                text += piece
+                if tools is not None and (held or may_call(text)):
+                    held += piece
+                elif piece:
+                    yield answer.chunk(piece)
             elif isinstance(event, Finished):
-                if event.tail:
-                    yield answer.chunk(event.tail)
-                yield answer.chunk(reason=event.reason, extra={"timings": timings(event.stats, reused,
-                                                                                   ticket.drafters)})
+                text += event.tail
+                calls = rt.tool_calls(text, tools) if tools is not None else None
+                reason = event.reason
+                if calls is not None and calls.calls:
+                    yield answer.calls_chunk(calls)
+                    reason = "tool_calls"
+                elif held + event.tail:
+                    yield answer.chunk(held + event.tail)
+                yield answer.chunk(reason=reason, extra={"timings": timings(event.stats, reused, ticket.drafters)})
                 if include_usage:
                     yield answer.usage_chunk(event.stats, reused)
                 return

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.events import Stats
+from localspec.structured.tools import Calls
 
 # what a Finished reason is called in the API: a context that filled up ends the answer as a token limit would
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "length", "interrupted": "stop"}
+FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "length", "interrupted": "stop",
+                  "tool_calls": "tool_calls"}
 
 
 @dataclass
@@ -32,9 +34,13 @@ class Answer:
     def object(self) -> str:
         return "chat.completion" if self.chat else "text_completion"
 
-    def whole(self, text: str, reason: str, stats: Stats, reused: int, drafters: Counter[str]) -> dict[str, Any]:
+    def whole(self, text: str, reason: str, stats: Stats, reused: int, drafters: Counter[str],
+              calls: Calls | None = None) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH_REASONS.get(reason, reason)}
-        if self.chat:
+        if calls is not None and calls.calls:  # the answer called tools (structured/tools.py)
+            choice |= {"finish_reason": "tool_calls",
+                       "message": {"role": "assistant", "content": calls.content, "tool_calls": list(calls.calls)}}
+        elif self.chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice |= {"text": text, "logprobs": None}
@@ -54,6 +60,13 @@ class Answer:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
         return {"id": self.id, "object": self.object + ("" if not self.chat else ".chunk"), "created": self.created,
                 "model": self.model, "choices": [choice], **(extra or {})}
+
+    def calls_chunk(self, calls: Calls) -> dict[str, Any]:
+        """The answer's tool calls, whole, as OpenAI streams them (a delta per call, indexed; its arguments in one
+        piece: a client accumulates them either way)."""
+        delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls.calls)]}
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
 
     def usage_chunk(self, stats: Stats, reused: int) -> dict[str, Any]:
         """``stream_options.include_usage``: one more chunk, with no choices and the usage."""
@@ -84,6 +97,10 @@ def timings(stats: Stats, reused: int, drafters: Counter[str]) -> dict[str, Any]
         # of those, drafted from this scope's earlier requests (localspec/history)
         "draft_n_cache": stats.cache_drafted,
         "draft_n_cache_accepted": stats.cache_accepted,
+        # of those, the tokens a grammar forced (structured output), and the grammar's host time
+        "draft_n_forced": stats.forced_drafted,
+        "draft_n_forced_accepted": stats.forced_accepted,
+        "grammar_ms": round(stats.grammar_seconds * 1000, 3),
         "drafter": drafters.most_common(1)[0][0] if drafters else "none",
         "target_passes": stats.target_passes,
         "tokens_per_pass": round(stats.mean_accepted_length, 3),

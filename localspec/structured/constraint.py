@@ -17,13 +17,14 @@ speculatively is ever rolled back but the forced tokens that a proposal looked p
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from localspec.drafters.base import Draft
-from localspec.sampling import Distribution, shape_candidates
+from localspec.sampling import Distribution, shape, shape_candidates
 from localspec.settings import SamplingSettings
 from localspec.speculative.verify import Verdict
 
@@ -36,10 +37,18 @@ _SPARSE_WORDS = 256
 class Constraint:
     """``matcher``: a fresh llguidance LLMatcher for this generation; ``eog``: the tokens that end it."""
 
-    def __init__(self, matcher: object, eog: frozenset[int], n_vocab: int) -> None:
+    def __init__(self, matcher: object, eog: frozenset[int], n_vocab: int, triggers: tuple[str, ...] = (),
+                 piece: Callable[[int], bytes] | None = None) -> None:
         self.matcher = matcher
         self.eog = eog
         self.n_vocab = n_vocab
+        # free text until a trigger (a token id, or text the answer ends with at a token's end), then the grammar
+        ids = [re.fullmatch(r"<\[(\d+)\]>", t) for t in triggers]
+        self._trigger_ids = frozenset(int(m[1]) for m in ids if m)
+        self._trigger_texts = tuple(t.encode() for t, m in zip(triggers, ids) if not m)
+        self._piece = piece
+        self._tail = b""
+        self.active = not triggers
         self._mask = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
         self.seconds = 0.0  # host time spent in the grammar this generation
         self.dead_end = False  # no token was allowed: the grammar cannot go on
@@ -47,7 +56,7 @@ class Constraint:
     @property
     def done(self) -> bool:
         """The grammar is complete: nothing but the end may follow (or it is in error)."""
-        return bool(self.matcher.is_stopped())
+        return self.active and bool(self.matcher.is_stopped())
 
     @property
     def error(self) -> str:
@@ -59,6 +68,9 @@ class Constraint:
         """The forced tokens (up to ``room``), then what ``drafts`` proposes after them, cut at its first token
         the grammar forbids. Drafts lose their probabilities: under a mask the draft model's q is not the
         distribution its tokens were drawn from, so they are verified as one-hot proposals (exact either way)."""
+        if not self.active:  # free text until a trigger: the drafts as they are, verified one-hot
+            draft = drafts(history, room)
+            return Draft(draft.tokens, None, draft.drafter, draft.kind) if draft.dists else draft
         t0 = time.perf_counter()
         matcher = self.matcher
         forced = list(matcher.compute_ff_tokens())[:room] if room > 0 else []
@@ -96,6 +108,8 @@ class Constraint:
 
     def _pick(self, row: np.ndarray, sampling: SamplingSettings, rng_at: Callable[[int], np.random.Generator],
               i: int) -> int:
+        if not self.active:
+            return int(row.argmax()) if sampling.greedy else shape(row, sampling).sample(rng_at(i))
         if sampling.greedy:
             token = int(row.argmax())  # what the pass's own read costs anyway: not the grammar's time
             t0 = time.perf_counter()
@@ -112,10 +126,21 @@ class Constraint:
         return self.matcher.validate_tokens([token]) == 1
 
     def _consume(self, token: int) -> None:
+        if not self.active:
+            self._watch(token)
+            return
         if token not in self.eog and not self.dead_end:
             t0 = time.perf_counter()
             self.matcher.consume_token(token)
             self.seconds += time.perf_counter() - t0
+
+    def _watch(self, token: int) -> None:
+        """Before the trigger: has this token completed it? Then the grammar holds from the next token on."""
+        if token in self._trigger_ids:
+            self.active = True
+        elif self._trigger_texts and self._piece is not None:
+            self._tail = (self._tail + self._piece(token))[-64:]
+            self.active = any(self._tail.endswith(t) for t in self._trigger_texts)
 
     def _fill_mask(self) -> bool:
         """The next token's mask into ``_mask``, with the ends allowed exactly where the grammar may end; whether

@@ -8,9 +8,10 @@ not outlive the model (one ``Grammars`` per open model, dropped with it).
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
@@ -45,20 +46,73 @@ class Grammars:
             if len(self._matchers) >= 64:
                 self._matchers.pop(next(iter(self._matchers)))
             pristine = self._matchers[spec] = matcher
-        return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens)
+        return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece)
+
+    def matches(self, schema: Mapping[str, Any], value: Any) -> bool:
+        """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (compact,
+        properties in the schema's order) and run through it."""
+        from llguidance import LLMatcher
+
+        spec = ConstraintSpec.json_schema(schema)
+        try:
+            grammar = spec.grammar()
+        except ConstraintError:
+            return False
+        matcher = LLMatcher(self._tokenizer_built(), grammar, log_level=0)
+        text = json.dumps(_in_order(value, schema), ensure_ascii=False, separators=(",", ":"))
+        tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
+        return bool(matcher.consume_tokens(tokens) and matcher.is_accepting())
 
     def _tokenizer_built(self) -> object:
         if self._tokenizer is None:
-            from llguidance.llamacpp import lltokenizer_from_vocab
-
             t0 = time.perf_counter()
-            handle = self.vocab.handle
-            n = self.vocab.n_tokens
-            # every end-of-generation token ends a constrained answer (Gemma's <end_of_turn> as well as its EOS)
-            self._eog = frozenset(t for t in range(n) if llama_cpp.llama_vocab_is_eog(handle, t))
-            self._tokenizer = lltokenizer_from_vocab(handle, eos_token=sorted(self._eog) or [self.vocab.eos])
+            self._tokenizer, self._eog = _tokenizer(self.vocab)
             self.tokenizer_seconds = time.perf_counter() - t0
             if self.say is not None:
-                self.say(f"structured output: read the model's {n:,}-token vocabulary for the grammar in "
-                         f"{self.tokenizer_seconds:.1f} s (once per model)")
+                self.say(f"structured output: read the model's {self.vocab.n_tokens:,}-token vocabulary for the "
+                         f"grammar in {self.tokenizer_seconds:.1f} s (once per model)")
         return self._tokenizer
+
+
+def _tokenizer(vocab: Vocab) -> tuple[object, frozenset[int]]:
+    """llguidance's tokenizer over llama.cpp's vocabulary (as llguidance.llamacpp builds it, with the attribute
+    call llama.cpp has not deprecated), and the tokens that end a generation: every one of them ends a constrained
+    answer (Gemma's <end_of_turn> as well as its EOS)."""
+    import ctypes
+
+    from llguidance import LLTokenizer
+
+    handle, n = vocab.handle, vocab.n_tokens
+    size = 16 * 1024
+    buffer = ctypes.create_string_buffer(size + 1)
+    special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+    user = llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+    tokens: list[bytes] = []
+    eog: list[int] = []
+    for token in range(n):
+        length = llama_cpp.llama_token_to_piece(handle, token, buffer, size, 0, True)
+        piece = bytes(buffer[:max(0, length)])
+        attr = llama_cpp.llama_vocab_get_attr(handle, token)
+        # control tokens (and user-defined ones that look like them) are marked, so that no string matches them
+        if attr & special or (attr & user and piece.startswith(b"<") and piece.endswith(b">")):
+            piece = b"\xff" + piece
+        tokens.append(piece)
+        if llama_cpp.llama_vocab_is_eog(handle, token):
+            eog.append(token)
+    tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+    ends = eog or [vocab.eos]
+    return LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=handle, tokenize_fptr=tokenize, eos_token=ends,
+                                     slices=None), frozenset(ends)
+
+
+def _in_order(value: Any, schema: Any) -> Any:
+    """``value`` with each object's keys in its schema's ``properties`` order (the grammar writes them so)."""
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
+        known = [k for k in props if k in value]
+        return {k: _in_order(value[k], props.get(k)) for k in [*known, *(k for k in value if k not in props)]}
+    if isinstance(value, list):
+        return [_in_order(v, schema.get("items")) for v in value]
+    return value

@@ -36,6 +36,9 @@ class ConstraintSpec:
     kind: Kind
     text: str = ""
     name: str = ""
+    # the grammar holds only from the first of these in the answer on (text, or a token as "<[id]>"): before it
+    # the text is free (a tool call after its trigger, structured/tools.py); () holds the whole answer
+    triggers: tuple[str, ...] = ()
 
     @classmethod
     def json_schema(cls, schema: Mapping[str, Any] | str, name: str = "") -> ConstraintSpec:

@@ -1,0 +1,192 @@
+"""Tool calls (OpenAI's ``tools``, ``tool_choice``, ``parallel_tool_calls``): what the answer may hold, the
+constraint that holds it there, and the calls read back out of it.
+
+Two ways a model calls a tool:
+- ``hermes``: its own chat template renders the tools and asks for ``<tool_call>{"name": …, "arguments": …}
+  </tool_call>`` (Qwen2.5's); the template shows the tools, engine/chat.py renders it.
+- ``json``: a model without such a template (the embedded Gemma): the tools are described in a system message and
+  a call is a JSON object ``{"name": …, "arguments": …}`` (a list of them for parallel calls).
+
+``tool_choice`` "required" or a named function constrains the whole answer to calls; "auto" leaves the text free
+until a trigger (the ``<tool_call>`` token, or a fenced ```json block), from which the grammar holds the call:
+a trigger inside an accepted draft starts the grammar at that token (structured/constraint.py). Small models also
+answer a call as bare JSON: the reader takes a whole answer that is a call as one. Every call returned has
+arguments that parse and match its tool's parameters; anything else stays text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from localspec.structured.spec import ConstraintError, ConstraintSpec
+
+CHOICES = ("none", "auto", "required")
+FENCE = "```json"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """What a request allows: its tools (OpenAI tool dicts, as JSON), the choice ("auto", "required", or a
+    function's name) and whether several calls may come at once."""
+
+    tools_json: str
+    choice: str = "auto"
+    parallel: bool = True
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return json.loads(self.tools_json)
+
+    def functions(self) -> dict[str, dict[str, Any]]:
+        return {t["function"]["name"]: t["function"] for t in self.tools}
+
+    def call_schema(self) -> dict[str, Any]:
+        """One call: {"name": a tool's name, "arguments": that tool's parameters}."""
+        chosen = [f for name, f in self.functions().items() if self.choice in ("auto", "required", name)]
+        variants = [{"type": "object", "properties": {"name": {"const": f["name"]},
+                                                      "arguments": f.get("parameters") or {"type": "object"}},
+                     "required": ["name", "arguments"], "additionalProperties": False} for f in chosen]
+        return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+    def constraint(self, style: str, open_token: int | None, close_token: int | None) -> ConstraintSpec:
+        """The grammar of the answer: calls only ("required", a name), or free text until a trigger ("auto")."""
+        schema = json.dumps(self.call_schema())
+        if style == "hermes":
+            opening = f"<[{open_token}]>" if open_token is not None else '"<tool_call>"'
+            closing = f"<[{close_token}]>" if close_token is not None else '"</tool_call>"'
+            block = f'"\\n"? call "\\n"? {closing}'
+            more = f" (ws {opening} {block})*" if self.parallel else ""
+            fenced = 'fence: /[ \\n]*/ call /[ \\n]*/ "```"'
+            if self.choice == "auto":  # the trigger itself was free text; the grammar takes over after it
+                lark = f"start: tagged | fence\ntagged: {block}{more}\n{fenced}"
+                triggers: tuple[str, ...] = (f"<[{open_token}]>" if open_token is not None else "<tool_call>", FENCE)
+            else:
+                lark = f"start: {opening} {block}{more}"
+                triggers = ()
+            lark += f"\ncall: %json {schema}\nws: /[ \\n]*/"
+            return ConstraintSpec("grammar", lark, "tool_calls", triggers)
+        many = {"type": "array", "items": json.loads(schema), "minItems": 1}
+        whole = json.dumps({"anyOf": [json.loads(schema), many]}) if self.parallel else schema
+        if self.choice == "auto":
+            lark = f'start: /[ \\n]*/ call /[ \\n]*/ "```"\ncall: %json {whole}'
+            return ConstraintSpec("grammar", lark, "tool_calls", (FENCE,))
+        return ConstraintSpec("grammar", f"start: %json {whole}", "tool_calls")
+
+    def system_text(self) -> str:
+        """For a template that cannot show tools: the tools and how to call them, in words the model can follow."""
+        lines = ["You can call these tools (functions):"]
+        for f in self.functions().values():
+            lines.append(json.dumps({"name": f["name"], "description": f.get("description", ""),
+                                     "parameters": f.get("parameters") or {}}))
+        lines.append('To call one, answer with only a JSON object: {"name": <the tool\'s name>, "arguments": '
+                     "<its arguments>}" + (", or a JSON list of such objects for several calls." if self.parallel
+                                           else "."))
+        if self.choice == "required":
+            lines.append("You must call a tool.")
+        elif self.choice not in CHOICES:
+            lines.append(f"You must call {self.choice}.")
+        return "\n".join(lines)
+
+
+def read_tools(tools: Any, tool_choice: Any, parallel: Any) -> ToolUse | None:
+    """OpenAI's fields → ToolUse (None: no tools, or tool_choice "none"); ConstraintError naming the field."""
+    if tools in (None, []):
+        if tool_choice not in (None, "none", "auto"):
+            raise ConstraintError("tool_choice needs tools: give the tools it may call", "tool_choice")
+        return None
+    if not isinstance(tools, list):
+        raise ConstraintError("tools must be a list of {\"type\": \"function\", \"function\": {...}}", "tools")
+    names = []
+    for i, tool in enumerate(tools):
+        f = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(tool, Mapping) or tool.get("type") != "function" or not isinstance(f, Mapping) \
+                or not isinstance(f.get("name"), str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", f["name"]):
+            raise ConstraintError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": "
+                                  "letters, digits, _ . - (at most 64), \"parameters\": a JSON schema}}", f"tools.{i}")
+        params = f.get("parameters")
+        if params is not None and not isinstance(params, Mapping):
+            raise ConstraintError(f"tools[{i}].function.parameters must be a JSON schema object",
+                                  f"tools.{i}.function.parameters")
+        names.append(f["name"])
+    if len(set(names)) != len(names):
+        raise ConstraintError("tools: two tools have the same name", "tools")
+    choice = "auto" if tool_choice is None else tool_choice
+    if isinstance(choice, Mapping):
+        f = choice.get("function")
+        name = f.get("name") if isinstance(f, Mapping) else None
+        if choice.get("type") != "function" or name not in names:
+            raise ConstraintError(f"tool_choice names no tool of this request (tools: {', '.join(names)})",
+                                  "tool_choice")
+        choice = name
+    elif choice not in CHOICES:
+        raise ConstraintError("tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": "
+                              "{\"name\": …}}", "tool_choice")
+    if choice == "none":
+        return None
+    if parallel is not None and not isinstance(parallel, bool):
+        raise ConstraintError("parallel_tool_calls must be true or false", "parallel_tool_calls")
+    use = ToolUse(json.dumps(list(tools)), choice, parallel is not False)
+    for name, f in use.functions().items():  # each tool's parameters compile, or the error names the tool
+        try:
+            ConstraintSpec.json_schema(f.get("parameters") or {"type": "object"}, name).grammar()
+        except ConstraintError as e:
+            raise ConstraintError(f"tool {name!r}: {e}", "tools") from None
+    return use
+
+
+@dataclass(frozen=True, slots=True)
+class Calls:
+    """An answer read for calls: the text before them (None where the answer is only calls) and the calls."""
+
+    content: str | None
+    calls: tuple[dict[str, Any], ...]
+
+
+def read_calls(text: str, use: ToolUse, valid: Any) -> Calls:
+    """The calls in ``text`` (the answer, with ``<tool_call>`` markers written out), each checked by ``valid(name,
+    arguments) -> bool`` against its tool; the answer as plain text where it holds no valid call."""
+    functions = use.functions()
+    found: list[tuple[int, Any]] = []
+    for m in re.finditer(r"<tool_call>(.*?)(?:</tool_call>|$)", text, re.S):
+        found.append((m.start(), _loads(m.group(1))))
+    if not found:
+        m = re.search(r"```json\s*(.*?)\s*(?:```|$)", text, re.S)
+        if m:
+            found.append((m.start(), _loads(m.group(1))))
+        elif text.strip().startswith(("{", "[")):
+            found.append((0, _loads(text)))
+    calls: list[dict[str, Any]] = []
+    start = len(text)
+    for at, value in found:
+        for call in value if isinstance(value, list) else [value]:
+            if not isinstance(call, Mapping) or call.get("name") not in functions:
+                return Calls(text, ())
+            arguments = call.get("arguments", {})
+            if isinstance(arguments, str):
+                arguments = _loads(arguments)
+            if not isinstance(arguments, Mapping) or not valid(call["name"], arguments):
+                return Calls(text, ())
+            calls.append({"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+                          "function": {"name": call["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}})
+        start = min(start, at)
+    if not calls:
+        return Calls(text, ())
+    content = text[:start].strip()
+    return Calls(content or None, tuple(calls))
+
+
+def may_call(text: str) -> bool:
+    """Whether a call may have begun in ``text`` (a stream holds the rest back until it knows)."""
+    return "<tool_call>" in text or "```" in text or text.lstrip().startswith(("{", "["))
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text.strip())
+    except ValueError:
+        return None

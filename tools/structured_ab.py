@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Structured output, measured: a suite whose rows carry JSON schemas (default: the built-in extract-json), one
+sequence at a time, in three modes on one loaded model, alternating per round so drift hits all alike:
+
+  constrained target-only   --drafter none under each row's schema (the reference: what "lossless" is against)
+  constrained               --drafter DRAFTER under the schema (forced tokens, then the drafter, cut by the grammar)
+  free                      --drafter DRAFTER, no schema (what the same prompts cost unconstrained)
+
+Reported per mode, summed over the suite: tokens, seconds, tok/s, tokens a pass, the grammar's host time a pass,
+forced tokens drafted / accepted, answers that parse and carry their schema's required keys; and whether every
+constrained answer is token for token the constrained target-only one. The history is off: no answer feeds a
+later prompt's drafts.
+
+    PYTHONPATH=. python tools/structured_ab.py [--suite extract-json] [--drafter auto] [--rounds 3] [--gpu-layers -1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import localspec  # noqa: E402,F401  (llama.cpp's libraries before numpy: the CUDA import order)
+from localspec.bench.suite import load_suite  # noqa: E402
+from localspec.events import Finished, Step  # noqa: E402
+from localspec.runtime import Runtime  # noqa: E402
+from localspec.settings import (  # noqa: E402
+    GenerationSettings,
+    HistorySettings,
+    RuntimeSettings,
+    Settings,
+    SpeculationSettings,
+)
+
+MODES = ("constrained-none", "constrained", "free")
+
+
+def run_mode(rt: Runtime, suite, mode: str, drafter: str) -> dict:  # type: ignore[no-untyped-def]
+    rt.set_drafter("none" if mode == "constrained-none" else drafter)
+    out = {"tokens": 0, "seconds": 0.0, "passes": 0, "grammar": 0.0, "forced": 0, "forced_ok": 0, "valid": 0,
+           "ids": {}}
+    for p in suite.prompts:
+        rt.fresh()
+        spec = None if mode == "free" else p.constraint
+        ids, text = [], []
+        for e in rt.generate(rt.prompt_tokens(p.prompt), GenerationSettings(max_tokens=p.max_tokens,
+                                                                             constraint=spec)):
+            if isinstance(e, Step):
+                ids += [t.id for t in e.emitted]
+                text += [t.text for t in e.emitted]
+            elif isinstance(e, Finished):
+                s = e.stats
+                text.append(e.tail)
+        out["ids"][p.id] = ids
+        out["tokens"] += s.generated_tokens
+        out["seconds"] += s.decode_seconds
+        out["passes"] += s.target_passes
+        out["grammar"] += s.grammar_seconds
+        out["forced"] += s.forced_drafted
+        out["forced_ok"] += s.forced_accepted
+        try:
+            doc = json.loads("".join(text))
+            required = json.loads(p.constraint.text).get("required", []) if p.constraint else []
+            out["valid"] += isinstance(doc, dict) and all(k in doc for k in required)
+        except ValueError:
+            pass
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", default="extract-json")
+    ap.add_argument("--drafter", default="auto", choices=("ngram", "auto"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--gpu-layers", type=int, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+    suite = load_suite(Path(args.suite))
+    settings = Settings(args.model, RuntimeSettings(n_gpu_layers=args.gpu_layers, n_ctx=2048),
+                        SpeculationSettings(drafter=args.drafter), history=HistorySettings("off"))
+    rounds: dict[str, list[dict]] = {m: [] for m in MODES}
+    with Runtime.open(settings) as rt:
+        print(f"# {rt.model_name} on {rt.device.description}; suite {args.suite} ({len(suite.prompts)} rows); "
+              f"drafter {args.drafter}", flush=True)
+        run_mode(rt, suite, "constrained", args.drafter)  # warm-up: the grammar's tokenizer, the policy's costs
+        for r in range(args.rounds):
+            order = MODES if r % 2 == 0 else MODES[::-1]
+            for mode in order:
+                rounds[mode].append(run_mode(rt, suite, mode, args.drafter))
+            line = " · ".join(f"{m} {rounds[m][-1]['tokens'] / rounds[m][-1]['seconds']:.1f} tok/s" for m in MODES)
+            print(f"round {r + 1}: {line}", flush=True)
+    ref = rounds["constrained-none"][0]["ids"]
+    same = all(x["ids"] == ref for x in rounds["constrained"] + rounds["constrained-none"])
+    summary = {}
+    for m in MODES:
+        xs = rounds[m]
+        tps = statistics.median(x["tokens"] / x["seconds"] for x in xs)
+        x = xs[0]
+        summary[m] = {"tok_s": tps, "tokens_a_pass": x["tokens"] / x["passes"],
+                      "grammar_us_a_pass": x["grammar"] / x["passes"] * 1e6, "forced": x["forced"],
+                      "forced_accepted": x["forced_ok"], "valid": f"{x['valid']}/{len(suite.prompts)}"}
+        print(f"{m:17s} {tps:7.1f} tok/s (median of {len(xs)}) · {summary[m]['tokens_a_pass']:.2f} tokens a pass · "
+              f"grammar {summary[m]['grammar_us_a_pass']:.0f} µs a pass · forced {x['forced']} drafted, "
+              f"{x['forced_ok']} accepted · valid {summary[m]['valid']}")
+    c, n, f = summary["constrained"], summary["constrained-none"], summary["free"]
+    print(f"constrained ÷ constrained target-only: {c['tok_s'] / n['tok_s']:.2f}x · constrained ÷ free: "
+          f"{c['tok_s'] / f['tok_s']:.2f}x · tokens a pass constrained ÷ free: "
+          f"{c['tokens_a_pass'] / f['tokens_a_pass']:.2f} · constrained text = target-only text: "
+          f"{'all' if same else 'NOT ALL'}")
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summary, "identical": same}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
