@@ -6,11 +6,11 @@ everything opened is closed in reverse order when the runtime is closed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from localspec._native import has_gpu_backend
 from localspec.drafters.base import Drafter
@@ -83,9 +83,10 @@ class Prompts:
             raise UserError("the prompt is empty: pass some text (or - to read it from stdin)")
         return tokens
 
-    def chat_tokens(self, messages: list[Message]) -> list[int]:
-        """A conversation in the chat template, ready for the model's answer; the messages' text stays text."""
-        return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True)
+    def chat_tokens(self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+        """A conversation in the chat template, ready for the model's answer; the messages' text stays text.
+        ``tools``: OpenAI tool dicts, shown to the model as its template shows them."""
+        return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True, tools=tools)
 
     def tool_prompt(self, messages: list[Message], use: ToolUse) -> tuple[list[int], ConstraintSpec]:
         """A conversation with tools: its tokens, and the constraint of the answer's calls (structured/)."""

