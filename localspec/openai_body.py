@@ -25,7 +25,7 @@ from localspec.structured import ConstraintError, ConstraintSpec
 from localspec.structured.tools import ToolUse, read_tools
 
 Kind = Literal["chat", "completion"]
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 K_MAX = 16
 STOPS_MAX = 4
 
@@ -118,13 +118,18 @@ def check_request(request: Request) -> Request:
     if messages is not None:
         if not isinstance(messages, (tuple, list)) or not all(isinstance(m, Message) for m in messages):
             raise BodyError("messages", "a Request's messages must be a tuple of localspec Message(role, content)")
-        messages = [{"role": m.role, "content": m.content} for m in messages]
+        messages = [{"role": m.role, "content": m.content,
+                     **({"tool_calls": list(m.tool_calls)} if m.tool_calls else {}),
+                     **({"tool_call_id": m.tool_call_id, "name": m.name} if m.role == "tool" else {})}
+                    for m in messages]
     fields = {"prompt": request.prompt, "messages": messages, "max_tokens": request.max_tokens,
               "temperature": request.temperature, "top_p": request.top_p, "top_k": request.top_k,
               "min_p": request.min_p, "seed": request.seed,
               "stop": list(request.stop) if isinstance(request.stop, tuple) else request.stop,
               "speculation": {"drafter": request.drafter, "k": request.k},
-              "response_format": ConstraintSpec.of(request.constraint)}
+              "response_format": ConstraintSpec.of(request.constraint),
+              **({"tools": request.tools.tools, "tool_choice": _choice(request.tools.choice),
+                  "parallel_tool_calls": request.tools.parallel} if request.tools is not None else {})}
     return parse_body(fields, None, request.id, style=request.style, line=request.line).request
 
 
@@ -199,8 +204,37 @@ def _messages(raw: Any) -> tuple[Message, ...]:
         if not isinstance(m, Mapping) or m.get("role") not in ROLES:
             raise BodyError(f"messages.{i}.role", f"messages[{i}]: each message needs a role "
                                                   f"({', '.join(ROLES)}) and content")
-        out.append(Message(ROLES[m["role"]], _content(m, i)))
+        role = ROLES[m["role"]]
+        if role == "tool":  # a tool's result, answering one of the assistant's calls
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise BodyError(f"messages.{i}.tool_call_id", f"messages[{i}]: a tool message needs the "
+                                                              "tool_call_id of the call it answers")
+            name = m.get("name") if isinstance(m.get("name"), str) else None
+            out.append(Message("tool", _content(m, i), tool_call_id=call_id, name=name))
+        elif role == "assistant" and m.get("tool_calls"):
+            out.append(Message("assistant", _content(m, i), tool_calls=_calls(m["tool_calls"], i)))
+        else:
+            out.append(Message(role, _content(m, i)))
     return tuple(out)
+
+
+def _calls(raw: Any, i: int) -> tuple[dict[str, Any], ...]:
+    """An assistant's earlier tool calls, as OpenAI sends them back: {id, type: function, function: {name,
+    arguments: a JSON string}}."""
+    param = f"messages.{i}.tool_calls"
+    if not isinstance(raw, list):
+        raise BodyError(param, f"messages[{i}].tool_calls must be a list of calls")
+    calls = []
+    for j, call in enumerate(raw):
+        f = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(f, Mapping) or not isinstance(f.get("name"), str) \
+                or not isinstance(f.get("arguments", "{}"), str):
+            raise BodyError(f"{param}.{j}", f"messages[{i}].tool_calls[{j}] must be {{\"id\", \"type\": "
+                                            "\"function\", \"function\": {\"name\", \"arguments\": a JSON string}}")
+        calls.append({"id": str(call.get("id") or f"call_{i}_{j}"), "type": "function",
+                      "function": {"name": f["name"], "arguments": f.get("arguments", "{}")}})
+    return tuple(calls)
 
 
 def _content(message: Mapping[str, Any], i: int) -> str:
@@ -257,6 +291,10 @@ def _constraint(value: Any) -> ConstraintSpec | None:
         return ConstraintSpec.of(value)
     except ConstraintError as e:
         raise BodyError(e.param or "response_format", str(e)) from None
+
+
+def _choice(choice: str) -> Any:
+    return choice if choice in ("auto", "required") else {"type": "function", "function": {"name": choice}}
 
 
 def _tools(data: Mapping[str, Any], kind: Kind) -> ToolUse | None:

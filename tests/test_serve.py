@@ -442,3 +442,85 @@ def test_without_the_serve_extra_it_says_which_extra_to_install(monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "uvicorn", None)
     result = runner.invoke(app, ["serve"])
     assert_one_line_error(result.exit_code, result.output, "pip install 'localspec[serve]'")
+
+
+# -- structured output and tool calls, through the official client --
+
+EXTRACT = ('Extract the fields as JSON.\nText: Anna Schmidt, 34, lives in Berlin.\nJSON: {"name":"Anna Schmidt",'
+           '"age":34,"city":"Berlin"}\nText: Marco Rossi is 51 and lives in Rome.\nJSON: ')
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city now",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string", "maxLength": 20},
+                                          "unit": {"enum": ["celsius", "fahrenheit"]}},
+                                          "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "convert", "description": "Convert an amount of money",
+                                      "parameters": {"type": "object", "properties": {
+                                          "amount": {"type": "number", "maximum": 1000000},
+                                          "to": {"enum": ["EUR", "USD", "GBP"]}},
+                                          "required": ["amount", "to"], "additionalProperties": False}}},
+]
+
+
+def test_a_pydantic_schema_through_the_clients_parse_and_a_stream_under_json_schema(server: Server) -> None:
+    from pydantic import BaseModel, Field
+
+    class Person(BaseModel):
+        name: str = Field(max_length=24)
+        age: int
+        city: str = Field(max_length=20)
+
+    client = server.client()
+    completion = client.beta.chat.completions.parse(model="default", messages=[{"role": "user", "content": EXTRACT}],
+                                                    response_format=Person, max_tokens=40, temperature=0)
+    person = completion.choices[0].message.parsed
+    assert isinstance(person, Person) and completion.choices[0].finish_reason == "stop"
+    timings = (completion.model_extra or {})["timings"]
+    assert timings["draft_n_forced"] > 0 and timings["draft_n_forced_accepted"] > 0  # the grammar's own drafts
+    schema = {"type": "json_schema", "json_schema": {"name": "person", "schema": Person.model_json_schema()}}
+    stream = client.chat.completions.create(model="default", messages=[{"role": "user", "content": EXTRACT}],
+                                            max_tokens=40, temperature=0, stream=True, response_format=schema)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert Person.model_validate_json(text) == person
+
+
+def test_tool_calls_required_named_and_the_next_turn_with_the_result(server: Server) -> None:
+    client = server.client()
+    ask = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+    first = client.chat.completions.create(model="default", messages=ask, tools=TOOLS, tool_choice="required",
+                                           max_tokens=60, temperature=0)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    for call in choice.message.tool_calls:
+        arguments = json.loads(call.function.arguments)  # always parses, and holds its tool's required fields
+        tool = next(t for t in TOOLS if t["function"]["name"] == call.function.name)
+        assert set(tool["function"]["parameters"]["required"]) <= set(arguments)
+    money = [{"role": "user", "content": "Convert 20 euros to US dollars."}]
+    named = client.chat.completions.create(
+        model="default", messages=money, tools=TOOLS, max_tokens=60, temperature=0, stream=True,
+        tool_choice={"type": "function", "function": {"name": "convert"}})
+    deltas = [c.choices[0] for c in named if c.choices]
+    calls = [d.delta.tool_calls[0] for d in deltas if d.delta.tool_calls]
+    assert calls and calls[0].function.name == "convert" and deltas[-1].finish_reason == "tool_calls"
+    assert "to" in json.loads(calls[0].function.arguments)
+    call = choice.message.tool_calls[0]
+    then = client.chat.completions.create(model="default", max_tokens=24, temperature=0, tools=TOOLS, messages=[
+        *ask, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 18, "sky": "clear"}'}])
+    assert then.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function",
+                                                                                    "function": {"name": "g"}}},
+     "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "response_format": {"type": "json_object"}},
+     "response_format"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "nope"}}}]}, "tools"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "1"}]}, "messages.1.tool_call_id"),
+])
+def test_bad_tools_are_a_400_naming_the_field(server: Server, body: dict, param: str) -> None:
+    status, _, raw = server.http("POST", "/v1/chat/completions", {
+        "model": "default", "messages": [{"role": "user", "content": "x"}], **body})
+    assert status == 400, raw
+    assert json.loads(raw)["error"]["param"] == param

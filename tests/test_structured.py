@@ -287,3 +287,40 @@ def test_many_prompts_in_one_batch_each_under_its_own_schema_equal_target_only(
         assert result.finish_reason == "stop" and json.loads(result.text)
         same_or_near_tie(rt, PAIRS[i][1], ConstraintSpec.json_schema(PAIRS[i][0]), target_only[i], result.tokens,
                          noise)
+
+
+# -- tool calls: what a request allows, and what an answer called --
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"]}}}
+
+
+def test_tool_choice_and_the_calls_read_out_of_an_answer() -> None:
+    from localspec.structured.tools import read_calls, read_tools
+
+    assert read_tools([WEATHER], "none", None) is None
+    use = read_tools([WEATHER], "required", False)
+    assert use is not None and use.choice == "required" and not use.parallel
+    assert read_tools([WEATHER], {"type": "function", "function": {"name": "get_weather"}}, None).choice \
+        == "get_weather"
+    for tools, choice, param in [([WEATHER], {"type": "function", "function": {"name": "nope"}}, "tool_choice"),
+                                 ([{"type": "function"}], None, "tools.0"), (None, "required", "tool_choice"),
+                                 ([WEATHER, WEATHER], None, "tools")]:
+        with pytest.raises(ConstraintError) as e:
+            read_tools(tools, choice, None)
+        assert e.value.param == param
+    ok = lambda name, arguments: arguments.get("unit") in ("c", "f")  # noqa: E731
+    use = read_tools([WEATHER], "auto", None)
+    calls = read_calls('Let me look.<tool_call>\n{"name":"get_weather","arguments":{"city":"Oslo","unit":"c"}}'
+                       "\n</tool_call>", use, ok)
+    assert calls.content == "Let me look." and json.loads(calls.calls[0]["function"]["arguments"])["city"] == "Oslo"
+    fenced = read_calls('```json\n{"name": "get_weather", "arguments": {"city": "Rome", "unit": "f"}}\n```', use, ok)
+    assert fenced.content is None and fenced.calls[0]["function"]["name"] == "get_weather"
+    bare = read_calls('[{"name": "get_weather", "arguments": {"city": "A", "unit": "c"}}, {"name": "get_weather", '
+                      '"arguments": {"city": "B", "unit": "f"}}]', use, ok)
+    assert len(bare.calls) == 2 and bare.calls[0]["id"] != bare.calls[1]["id"]
+    # a "call" whose arguments do not match its tool, or of a tool not given, stays text
+    assert read_calls('{"name": "get_weather", "arguments": {"city": "A", "unit": "k"}}', use, ok).calls == ()
+    assert read_calls('{"name": "send_mail", "arguments": {}}', use, ok).calls == ()
+    assert read_calls("The weather is fine.", use, ok).calls == ()

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from localspec.structured.spec import ConstraintError, ConstraintSpec
+from localspec.structured.spec import JSON_OPTIONS, ConstraintError, ConstraintSpec
 
 CHOICES = ("none", "auto", "required")
 FENCE = "```json"
@@ -55,7 +55,8 @@ class ToolUse:
 
     def constraint(self, style: str, open_token: int | None, close_token: int | None) -> ConstraintSpec:
         """The grammar of the answer: calls only ("required", a name), or free text until a trigger ("auto")."""
-        schema = json.dumps(self.call_schema())
+        # compact JSON as response_format's (spec.JSON_OPTIONS): inside a Lark grammar the schema carries it
+        schema = json.dumps({"x-guidance": JSON_OPTIONS, **self.call_schema()})
         if style == "hermes":
             opening = f"<[{open_token}]>" if open_token is not None else '"<tool_call>"'
             closing = f"<[{close_token}]>" if close_token is not None else '"</tool_call>"'
@@ -70,8 +71,9 @@ class ToolUse:
                 triggers = ()
             lark += f"\ncall: %json {schema}\nws: /[ \\n]*/"
             return ConstraintSpec("grammar", lark, "tool_calls", triggers)
-        many = {"type": "array", "items": json.loads(schema), "minItems": 1}
-        whole = json.dumps({"anyOf": [json.loads(schema), many]}) if self.parallel else schema
+        one = self.call_schema()
+        many = {"type": "array", "items": one, "minItems": 1}
+        whole = json.dumps({"x-guidance": JSON_OPTIONS, **({"anyOf": [one, many]} if self.parallel else one)})
         if self.choice == "auto":
             lark = f'start: /[ \\n]*/ call /[ \\n]*/ "```"\ncall: %json {whole}'
             return ConstraintSpec("grammar", lark, "tool_calls", (FENCE,))
