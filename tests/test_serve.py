@@ -271,8 +271,6 @@ def test_templated_requests_draft_from_earlier_ones_and_say_so_losslessly(server
     ({"messages": [{"role": "user", "content": "x"}], "speculation": {"drafter": "draft"}}, "speculation.drafter"),
     ({"messages": [{"role": "user", "content": "word " * 3000}]}, "messages"),
     # what would silently change the answer if ignored
-    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
-     "tools"),
     # a schema that cannot compile names where it fails (structured output, docs/structured.md)
     ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {
         "name": "n", "schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}}}, "response_format"),

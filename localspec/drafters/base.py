@@ -47,7 +47,7 @@ class Draft:
             return self
         dists = self.dists[:k] if self.dists is not None else None
         others = tuple(c[:k] for c in self.others[: width - 1])
-        return replace(self, tokens=self.tokens[:k], dists=dists, others=others)
+        return replace(self, tokens=self.tokens[:k], dists=dists, others=others, forced=min(self.forced, k))
 
 
 class Drafter(Protocol):

@@ -28,6 +28,10 @@ from localspec.structured.constraint import Constraint
 from localspec.structured.grammars import Grammars
 from localspec.tokens import common_prefix
 
+# the draft rows of every pass of a constrained generation on a device with pass shapes (8 rows: the most that
+# llama.cpp's small-batch CUDA kernels take)
+CONSTRAINED_DEPTH = 7
+
 
 class Target(Protocol):
     """What the loop needs from the target model's context (engine.Context, or a toy model in tests)."""
@@ -128,7 +132,10 @@ class Generator:
         """Propose: ask the drafters, and lay the draft out as the rows one pass verifies."""
         draft = self._propose(history, room)
         if self.drafters:  # a device with pass shapes verifies a draft padded up to the size it keeps
-            draft = self.policy.pad(draft, history, room)
+            # under a grammar, one size throughout: forced tokens come and go, and each change of size costs a
+            # CUDA graph's warm-up (docs/structured.md)
+            depth = CONSTRAINED_DEPTH if self.constraint is not None and self.policy.shapes.active else None
+            draft = self.policy.pad(draft, history, room, depth)
         return self._laid_out(draft, history)
 
     def widen(self, plan: Plan, history: list[int], depth: int, room: int) -> Plan:
