@@ -72,7 +72,7 @@ def test_message_text_cannot_forge_control_tokens(draft_model: Model) -> None:
     assert with_tool.count(im_start) == 3  # a tool's description is text too
 
 
-@pytest.mark.slow  # ~20 s quiet, 2.5 min on this 2-core machine under load: two model loads, a draft's calibration
+@pytest.mark.slow  # 7 s on this 2-core machine when quiet, 2.5 min under load: two model loads, a draft's calibration
 def test_run_chat_with_the_draft_model() -> None:
     result = localspec(["run", "--profile", PROFILE, "--chat", "Write a Python function that adds two numbers.",
                         "--drafter", "draft", "--k", "2", "--max-tokens", "12", "--json"], timeout=300)
@@ -82,7 +82,7 @@ def test_run_chat_with_the_draft_model() -> None:
     assert out["stats"]["prompt_tokens"] > 30  # Qwen's default system message is in the prompt
 
 
-@pytest.mark.slow  # the first start measures the target's pass costs: 6-12 min on this 2-core machine under load
+@pytest.mark.slow  # 3 s with its pass costs cached; measuring them at a first start took 6-12 min here under load
 def test_api_answers_chat_messages_on_the_target() -> None:
     # the batch scheduler's path (batch, serve and the API share it); its first start on a machine measures the
     # target's pass costs once (cached in localspec's home)
