@@ -285,6 +285,7 @@ class BatchRuntime(Prompts):
     # what earlier requests' drafts are worth, learned across the job's sequences as one sequence's generations learn
     # it, per scope (DraftPolicy.shared; each sequence learns its own text's kinds alone)
     trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
+    say: Callable[[str], None] | None = field(default=None, repr=False)  # where a failed save is said (else stderr)
 
     @classmethod
     def open(
@@ -324,7 +325,7 @@ class BatchRuntime(Prompts):
                 raise KeyboardInterrupt
             history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
             return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, device,
-                       notices, calibration, shapes, stack, history)
+                       notices, calibration, shapes, stack, history, say=say)
         except BaseException:
             stack.close()
             raise
