@@ -212,6 +212,14 @@ class Runtime(Prompts):
     def n_ctx(self) -> int:
         return self.context.n_ctx
 
+    def tag_history(self, tag: int) -> None:
+        """What the next generations feed the history is ``tag``'s (a chat's conversation id), so that deleting the
+        conversation can forget it (``History.forget``); 0: nobody's in particular."""
+        on_end = self.generator.on_end
+        view = getattr(on_end, "__self__", None)  # the view whose feed the generator calls (Runtime.open)
+        if isinstance(view, HistoryView):
+            view.tag = tag
+
     def set_drafter(self, kind: str) -> None:
         """Switch the drafter for the next generation, opening it on first use (it then stays open)."""
         if kind not in self._drafters:

@@ -9,6 +9,7 @@ import json
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -190,7 +191,7 @@ def test_what_waits_to_be_saved_is_bounded_and_merged_at_once(home: Path, monkey
     other.save()  # the file changed under ``history``: its save merges
     merges: list[int] = []
     real = Shelf.extend
-    monkeypatch.setattr(Shelf, "extend", lambda self, s, n: (merges.append(len(s)), real(self, s, n))[1])
+    monkeypatch.setattr(Shelf, "extend", lambda self, s, *a: (merges.append(len(s)), real(self, s, *a))[1])
     assert history.save()
     assert len(merges) <= 100 + 1  # one merge per scope, not one per sequence
     assert History.open(MODEL, home, max_tokens=2000).n_tokens <= 2000
@@ -235,3 +236,26 @@ def test_measurement_tools_never_let_a_prompt_draft_from_its_own_earlier_runs(hi
             continue  # nothing generates (a bench never uses the history)
         assert re.search(r"LOCALSPEC_HISTORY|HistorySettings\(", source), f"{tool.name} runs with the user's history"
         assert "setdefault(\"LOCALSPEC_HISTORY\"" not in source, f"{tool.name} takes the shell's history setting"
+
+
+def test_a_deleted_conversation_leaves_the_history_too(home: Path, history_on: None) -> None:
+    from localspec.runtime import Runtime
+    from localspec.tui.store import ChatStore, default_path
+
+    store = ChatStore(default_path())
+    conversation = store.create("m", None)
+    store.close()
+    history = History.open(MODEL, home)
+    view = history.view()
+    Runtime.tag_history(SimpleNamespace(generator=SimpleNamespace(on_end=view.feed)), conversation)  # type: ignore[arg-type]
+    view.feed(seq(1))  # the conversation's turn, fed as a chat's generator feeds it
+    history.feed(seq(2))  # a run's
+    assert history.save() and kept(home) == {1, 2}
+    result = CliRunner().invoke(app, ["chat", "--delete", str(conversation)])
+    assert result.exit_code == 0, result.output
+    assert kept(home) == {2}
+    # a chat that deletes while it runs forgets what it holds and has not saved yet, too
+    history.feed(seq(3), tag=conversation + 1)
+    history.forget(conversation + 1)
+    history.feed(seq(4))
+    assert history.save() and kept(home) == {2, 4} and history.view().lookup(seq(3)[:6], 4) is None

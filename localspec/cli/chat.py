@@ -91,11 +91,14 @@ def chat(
 
     from localspec.tui.app import ChatApp
 
+    chat_app = ChatApp(options, system=system, save_dir=save_dir, store=store, resume=resume_id)
     try:
-        ChatApp(options, system=system, save_dir=save_dir, store=store, resume=resume_id).run()
+        chat_app.run()
     finally:
         if store is not None:
             store.close()
+        for notice in getattr(getattr(chat_app, "engine", None), "closing", []):  # the terminal is ours again
+            print(f"localspec: {notice}", file=sys.stderr)
 
 
 def chat_settings(options: Settings, no_history: bool) -> Settings:
@@ -133,6 +136,7 @@ def _manage(list_saved: bool, delete: int | None) -> None:
             if not store.delete(delete):
                 raise UserError(f"no saved conversation {delete}: `localspec chat --list` shows them")
             print(f"Deleted conversation {delete}.")
+            _forget(delete)
         if list_saved:
             saved = store.list()
             if not saved:
@@ -141,6 +145,18 @@ def _manage(list_saved: bool, delete: int | None) -> None:
                 print(f"{c.id:>5}  {c.describe()}")
     finally:
         store.close()
+
+
+def _forget(conversation: int) -> None:
+    """A deleted conversation's turns leave the history later runs draft from, too (they were tagged with its id
+    as they were fed)."""
+    from localspec.history.history import forget_everywhere
+
+    try:
+        forget_everywhere(conversation)
+    except OSError as e:
+        raise UserError(f"conversation {conversation} is deleted, but the history it fed could not be rewritten "
+                        f"({e.strerror or type(e).__name__}): `localspec cache --clear` removes all of it") from None
 
 
 def _prepare_model(spec: str | None) -> None:

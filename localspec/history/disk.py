@@ -73,6 +73,17 @@ def locked(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def model_of(path: Path) -> str:
+    """The model a history file says it belongs to; Unreadable if it says nothing usable."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return str(json.loads(bytes(data["meta"]).decode("utf-8"))["model"])
+    except OSError:
+        raise
+    except Exception as e:
+        raise Unreadable(f"damaged ({type(e).__name__})") from None
+
+
 class Unreadable(Exception):
     """The file is not a history this localspec can use (the message says why)."""
 
@@ -99,8 +110,10 @@ def _read(f: BinaryIO, model: str, n_vocab: int | None) -> tuple[dict[str, Shelf
                 raise Unreadable("indexed another way")
             shelves = {}
             for i, scope in enumerate(meta["scopes"]):
+                tags = data[f"s{i}.tags"] if f"s{i}.tags" in data.files else np.empty(0, np.int64)  # older: none
                 shelf = Shelf(tokens=data[f"s{i}.tokens"], starts=data[f"s{i}.starts"], serials=data[f"s{i}.serials"],
-                              keys={n: data[f"s{i}.k{n}"] for n in NS}, positions={n: data[f"s{i}.p{n}"] for n in NS})
+                              tags=tags, keys={n: data[f"s{i}.k{n}"] for n in NS},
+                              positions={n: data[f"s{i}.p{n}"] for n in NS})
                 _check(shelf, n_vocab)
                 shelves[str(scope)] = shelf
             return shelves, int(meta["serial"])
@@ -118,6 +131,7 @@ def _check(shelf: Shelf, n_vocab: int | None = None) -> None:
     t, starts = shelf.tokens, shelf.starts
     ok = (t.dtype == np.int32 and t.ndim == 1 and starts.dtype == np.int64 and starts.ndim == 1
           and shelf.serials.dtype == np.int64 and len(starts) == len(shelf.serials)
+          and shelf.tags.dtype == np.int64 and shelf.tags.shape == shelf.serials.shape
           and (not len(starts) or (starts[0] == 0 and starts[-1] < len(t))))
     if ok and len(t):
         # ids in range (SEP the only negative), each sequence ends with SEP where the next one starts
@@ -150,7 +164,7 @@ def write(path: Path, model: str, shelves: dict[str, Shelf], serial: int) -> Non
     for i, scope in enumerate(scopes):
         shelf = shelves[scope]
         arrays[f"s{i}.tokens"], arrays[f"s{i}.starts"] = shelf.tokens, shelf.starts
-        arrays[f"s{i}.serials"] = shelf.serials
+        arrays[f"s{i}.serials"], arrays[f"s{i}.tags"] = shelf.serials, shelf.tags
         for n in NS:
             arrays[f"s{i}.k{n}"], arrays[f"s{i}.p{n}"] = shelf.keys[n], shelf.positions[n]
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ class Added:
     scope: str
     tokens: np.ndarray  # int32: a fraction of a Python list's size (a server may feed millions before a save)
     at: int  # when it was fed (ns since the epoch): a clear after that drops it
+    tag: int = 0  # whose it is (Shelf.tags)
 
 
 @dataclass
@@ -137,17 +138,19 @@ class History:
             shelf = self.shelves[scope] = Shelf(epoch=self._floor.get(scope, 0))
         return shelf
 
-    def feed(self, sequence: Sequence[int], scope: str = LOCAL_SCOPE, *, force: bool = False) -> None:
-        """Keep ``sequence`` (a prompt and what was generated after it) for later lookups in ``scope``."""
+    def feed(self, sequence: Sequence[int], scope: str = LOCAL_SCOPE, *, force: bool = False, tag: int = 0) -> None:
+        """Keep ``sequence`` (a prompt and what was generated after it) for later lookups in ``scope``; ``tag``:
+        whose it is, to forget it by (``forget``: a chat's conversation id)."""
         if (self.frozen and not force) or len(sequence) < _MIN_TOKENS or self.max_tokens <= 0:
             return
         with self._lock:
             tokens = self._new_part(np.asarray(sequence, np.int32), scope)[-self.max_tokens :]
             if len(tokens) < _MIN_TOKENS:
                 return
-            self._add(scope, tokens, self.serial)
+            self.shelf(scope).add(tokens, self.serial, tag)
+            self.bound()
             if self.path is not None:
-                self.added.append(Added(scope, tokens, time.time_ns()))
+                self.added.append(Added(scope, tokens, time.time_ns(), tag))
                 self._bound_added()
             self.serial += 1
 
@@ -172,10 +175,6 @@ class History:
         total = sum(len(a.tokens) for a in self.added)
         while total > self.max_tokens and len(self.added) > 1:
             total -= len(self.added.pop(0).tokens)
-
-    def _add(self, scope: str, tokens: np.ndarray, serial: int) -> None:
-        self.shelf(scope).add(tokens, serial)
-        self.bound()
 
     def bound(self) -> None:
         """Drop the oldest sequences, over all scopes, until the tokens kept fit ``max_tokens``; past the bound it
@@ -274,10 +273,26 @@ class History:
             by_scope.setdefault(a.scope, []).append(a)
         serials = {id(a): self.serial + i for i, a in enumerate(ours)}
         for scope, items in by_scope.items():  # one merge per scope, not one per sequence
-            self.shelf(scope).extend([a.tokens for a in items], [serials[id(a)] for a in items])
+            self.shelf(scope).extend([a.tokens for a in items], [serials[id(a)] for a in items],
+                                     [a.tag for a in items])
         self.serial += len(ours)
         self.added = ours
         self.bound()
+
+    def forget(self, tag: int) -> None:
+        """Drop every sequence tagged ``tag``, here and in the file (a deleted conversation's turns): what this
+        process held and had not saved must not come back with its next save."""
+        with self._lock:
+            for scope, shelf in list(self.shelves.items()):
+                if bool(np.any(shelf.tags == tag)):
+                    self._retire(scope)
+                    self.shelves[scope] = shelf.without(tag)
+                    self.shelves[scope].epoch = max(self.shelves[scope].epoch, self._floor.get(scope, 0))
+            self.shelves = {k: s for k, s in self.shelves.items() if s.n_requests}
+            self.added = [a for a in self.added if a.tag != tag]
+            self._fed.clear()
+        if self.path is not None and self.path.exists():
+            forget_in(self.path, tag)
 
     def clear(self) -> None:
         with self._lock:
@@ -286,6 +301,29 @@ class History:
             self.shelves.clear()
             self.added.clear()
             self._fed.clear()
+
+
+def forget_in(path: Path, tag: int) -> bool:
+    """Drop every sequence tagged ``tag`` from the history file at ``path`` (under its lock); False where it held
+    none. A file that cannot be read is left for the next run to set aside."""
+    with disk.locked(path):
+        try:
+            model = disk.model_of(path)
+            shelves, serial = disk.read(path, model)
+        except disk.Unreadable:
+            return False
+        if not any(bool(np.any(s.tags == tag)) for s in shelves.values()):
+            return False
+        kept = {scope: s.without(tag) for scope, s in shelves.items()}
+        disk.write(path, model, {k: s for k, s in kept.items() if s.n_requests}, serial)
+        return True
+
+
+def forget_everywhere(tag: int) -> int:
+    """Drop every sequence tagged ``tag`` from every kept history (``chat --delete``: no model is open); the number
+    of files that held some."""
+    folder = disk.history_dir()
+    return sum(forget_in(path, tag) for path in sorted(folder.glob("*.npz"))) if folder.is_dir() else 0
 
 
 def _why(e: OSError) -> str:
@@ -298,6 +336,7 @@ class HistoryView:
 
     history: History
     scope: str = LOCAL_SCOPE
+    tag: int = 0  # what what this view feeds is tagged with (a chat's conversation id)
 
     @property
     def shelf(self) -> Shelf:
@@ -323,4 +362,4 @@ class HistoryView:
         return self.shelf.epoch
 
     def feed(self, sequence: Sequence[int]) -> None:
-        self.history.feed(sequence, self.scope)
+        self.history.feed(sequence, self.scope, tag=self.tag)
