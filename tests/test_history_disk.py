@@ -259,3 +259,15 @@ def test_a_deleted_conversation_leaves_the_history_too(home: Path, history_on: N
     history.forget(conversation + 1)
     history.feed(seq(4))
     assert history.save() and kept(home) == {2, 4} and history.view().lookup(seq(3)[:6], 4) is None
+
+
+def test_a_running_process_stops_drafting_from_what_a_clear_removed(home: Path) -> None:
+    first = History.open(MODEL, home)
+    first.feed(seq(1))
+    first.save()
+    server = History.open(MODEL, home)
+    assert not server.due() and server.view().lookup(seq(1)[:6], 4) is not None
+    assert CliRunner().invoke(app, ["cache", "--clear"]).exit_code == 0
+    assert server.due()  # nothing of its own to save, but what it holds was cleared
+    server.save()
+    assert server.n_requests == 0 and not home.exists() and not server.due()

@@ -234,7 +234,11 @@ class History:
 
     def due(self) -> bool:
         """Whether a long-running process should save now (``SAVE_REQUESTS``, ``SAVE_SECONDS``)."""
-        if self.path is None or not self.added:
+        if self.path is None:
+            return False
+        if disk.cleared_at(self.path.parent) > self.synced:  # cleared meanwhile: stop drafting from what it removed
+            return True
+        if not self.added:
             return False
         return len(self.added) >= SAVE_REQUESTS or time.time_ns() - self.added[0].at >= SAVE_SECONDS * 1e9
 
@@ -243,7 +247,7 @@ class History:
         since removed); False, with a notice, if it could not. The work under the file's lock is one read, one
         merge per scope and one write, whatever was added."""
         path = self.path
-        if path is None or not self.added:
+        if path is None or (not self.added and disk.cleared_at(path.parent) <= self.synced):
             return False
         with self._lock:
             try:
