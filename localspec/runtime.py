@@ -24,6 +24,7 @@ from localspec.errors import UserError
 from localspec.events import Event
 from localspec.history import LOCAL_SCOPE, History, HistoryView
 from localspec.models.files import known_sha256
+from localspec.models.files import say as to_stderr
 from localspec.sampling import make_rng
 from localspec.settings import (
     GenerationSettings,
@@ -155,7 +156,7 @@ class Runtime(Prompts):
             if drafter_name != "none" and not target.can_rollback:
                 notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
                 drafter_name = "none"
-            history = open_history(settings, path, history_default, notices)
+            history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
             view = history.view(LOCAL_SCOPE) if history is not None else None
             drafters = _open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled,
                                       say, view)
@@ -228,6 +229,14 @@ class Runtime(Prompts):
     def n_ctx(self) -> int:
         return self.context.n_ctx
 
+    def tag_history(self, tag: int) -> None:
+        """What the next generations feed the history is ``tag``'s (a chat's conversation id), so that deleting the
+        conversation can forget it (``History.forget``); 0: nobody's in particular."""
+        on_end = self.generator.on_end
+        view = getattr(on_end, "__self__", None)  # the view whose feed the generator calls (Runtime.open)
+        if isinstance(view, HistoryView):
+            view.tag = tag
+
     def set_drafter(self, kind: str) -> None:
         """Switch the drafter for the next generation, opening it on first use (it then stays open)."""
         if kind not in self._drafters:
@@ -268,8 +277,7 @@ class Runtime(Prompts):
     def close(self) -> None:
         try:
             self.save_pass_costs()
-            if self.history is not None:
-                self.history.save()
+            save_history(self.history, self.say)
         finally:
             self._stack.close()
 
@@ -302,10 +310,11 @@ class BatchRuntime(Prompts):
     # what earlier requests' drafts are worth, learned across the job's sequences as one sequence's generations learn
     # it, per scope (DraftPolicy.shared; each sequence learns its own text's kinds alone)
     trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
+    say: Callable[[str], None] | None = field(default=None, repr=False)  # where a failed save is said (else stderr)
     grammars: Grammars | None = field(default=None, repr=False)  # the model's, built on the first constrained job
 
     def __post_init__(self) -> None:
-        self.grammars = Grammars(self.model.vocab)
+        self.grammars = Grammars(self.model.vocab, self.say)
 
     @classmethod
     def open(
@@ -343,9 +352,9 @@ class BatchRuntime(Prompts):
                                f"({name} was trained on {target.n_ctx_train})")
             if cancelled is not None and cancelled():
                 raise KeyboardInterrupt
-            history = open_history(settings, path, history_default, notices)
+            history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
             return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, device,
-                       notices, calibration, shapes, stack, history)
+                       notices, calibration, shapes, stack, history, say=say)
         except BaseException:
             stack.close()
             raise
@@ -368,8 +377,7 @@ class BatchRuntime(Prompts):
         try:
             if self.calibration is not None and self.calibration.improve(self.costs):
                 self.calibration.save()
-            if self.history is not None:
-                self.history.save()
+            save_history(self.history, self.say)
         finally:
             self._stack.close()
 
@@ -421,7 +429,9 @@ def lookup_drafters(kind: str, history: HistoryView | None = None) -> list[Draft
     return [NgramDrafter(history=history)] if kind in ("ngram", "auto") else None
 
 
-def open_history(settings: Settings, path: Path, default: str, notices: list[str]) -> History | None:
+def open_history(
+    settings: Settings, path: Path, default: str, notices: list[str], n_vocab: int | None = None,
+) -> History | None:
     """The model's history as the settings want it (``default``: the face's): on disk in the cache folder, in
     memory, or None (off); a file that could not be used adds its one-line notice."""
     mode = settings.history.resolved(default)
@@ -430,10 +440,22 @@ def open_history(settings: Settings, path: Path, default: str, notices: list[str
     from localspec.history.disk import history_path
 
     sha = known_sha256(path)
-    history = History.open(sha, history_path(sha) if mode == "disk" else None, settings.history.max_tokens)
+    history = History.open(sha, history_path(sha) if mode == "disk" else None, settings.history.max_tokens, n_vocab)
     notices.extend(history.notices)
     history.notices.clear()
     return history
+
+
+def save_history(history: History | None, say: Callable[[str], None] | None = None) -> bool:
+    """Save ``history`` where it is kept on disk; whatever went wrong (a full disk, a folder made read-only) is
+    said in one line (``say``, else stderr), never dropped: the user would think the requests kept."""
+    if history is None:
+        return True
+    saved = history.save()
+    for notice in history.notices:
+        (say or to_stderr)(notice)
+    history.notices.clear()
+    return saved
 
 
 def _open_drafters(

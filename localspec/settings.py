@@ -162,11 +162,18 @@ HISTORY_ENV = "LOCALSPEC_HISTORY"  # the setting: disk | memory | off, over each
 HISTORY_MAX_TOKENS = 1_000_000
 
 
+def _lower(a: str, b: str) -> str:
+    """The less lasting of two history modes (off < memory < disk)."""
+    return a if HISTORY_MODES.index(a) >= HISTORY_MODES.index(b) else b
+
+
 @dataclass(frozen=True, slots=True)
 class HistorySettings:
     """Drafts from earlier requests (localspec/history): ``mode`` "disk" keeps them across runs in the cache folder,
-    "memory" for this process only, "off" not at all; None: ``LOCALSPEC_HISTORY`` if set, else the face's default
-    (disk for run, chat, batch and the Python API: the user's own text; memory for serve: other people's)."""
+    "memory" for this process only, "off" not at all; None: the face's default (disk for run, chat, batch and the
+    Python API: the user's own text; memory for serve: other people's), lowered by ``LOCALSPEC_HISTORY`` if set.
+    The variable never raises it: a server keeps other people's text on disk only when its operator says so
+    (``serve --keep-history``), not because of a variable set for one's own runs."""
 
     mode: str | None = None
     max_tokens: int = HISTORY_MAX_TOKENS  # over all scopes; the oldest requests go first
@@ -175,7 +182,9 @@ class HistorySettings:
         if self.mode is not None:
             return self.mode
         env = os.environ.get(HISTORY_ENV, "").strip().lower()
-        return env if env in HISTORY_MODES else default
+        if env not in HISTORY_MODES:
+            return default
+        return _lower(env, default)
 
     def validate(self) -> None:
         if self.mode is not None and self.mode not in HISTORY_MODES:

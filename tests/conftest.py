@@ -16,9 +16,16 @@ import localspec as _localspec  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".localspec-home"))
-# earlier requests are drafted from in memory only: no test reads or writes a history on disk unless it points
-# LOCALSPEC_HOME at a folder of its own (tests/test_history_real.py)
-os.environ.setdefault("LOCALSPEC_HISTORY", "memory")
+# no history by default, whatever the shell set: a lossless test that first runs target-only would otherwise draft
+# that very answer from it, and no test may read or write one on disk by accident. The history's own tests opt in
+# (the ``history_on`` fixture, or settings and flags of their own) and keep files under a LOCALSPEC_HOME of their own
+os.environ["LOCALSPEC_HISTORY"] = "off"
+
+
+@pytest.fixture
+def history_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history as a user has it: each face's own default (on disk where the test's home is its own)."""
+    monkeypatch.delenv("LOCALSPEC_HISTORY")
 
 
 @pytest.fixture(scope="session")

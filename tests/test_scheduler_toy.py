@@ -255,3 +255,22 @@ def test_a_conversation_that_comes_back_takes_the_lane_that_kept_it_and_reuses_i
     assert prefill.new_tokens <= 4  # only the new message (and the answer's last token) was computed
     got = [t.id for _, e in events if isinstance(e, Step) for t in e.emitted]
     assert got == alone(turn2, "none", GenerationSettings(max_tokens=5), SamplingSettings())
+
+
+def test_a_new_scheduler_over_the_same_lanes_never_reuses_another_scopes_prefix() -> None:
+    # a server builds a new scheduler over its lanes after a failed pass: the scope of what a lane caches must
+    # come along with the lane, or one key's cached prompt is reused (and timed) by another key
+    lanes = ToyLanes(TARGET, 1)
+    costs = PassCosts(dict(CURVE))
+
+    def make(target: Target, job: Job) -> Generator:
+        return Generator(target, TARGET, [], job.sampling, DraftPolicy(k_max=8, costs=costs))  # type: ignore[arg-type]
+
+    def prefill(scope: str) -> Prefill:
+        job = Job(list(PROMPTS[6]), GenerationSettings(max_tokens=4), scope=scope)
+        return next(e for _, e in Scheduler(lanes, make, costs).run([job]) if isinstance(e, Prefill))
+
+    assert prefill("key:a").new_tokens == len(PROMPTS[6])
+    assert prefill("key:a").new_tokens == 1  # the same key, a new scheduler: its cached prompt is reused
+    assert prefill("key:b").new_tokens == len(PROMPTS[6])  # another key computes its own
+    assert lanes[0].scope == "key:b"

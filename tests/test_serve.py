@@ -70,8 +70,8 @@ class Server:
                 if line and not line.startswith("#")}
 
 
-def start(*args: str) -> Iterator[Server]:
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+def start(*args: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})}
     env.pop("LOCALSPEC_API_KEY", None)
     proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "--port", "0", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -146,8 +146,8 @@ def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(
     # The draft length is pinned for the same reason: the adaptive policy learns from every request the server ran,
     # so the second request would draft other lengths than the first, verify in other pass sizes, and a near-tie in
     # this 270M model's late, low-confidence tokens could flip (CI, 2026-11-26).
-    # The server's history still drafts each request from the answers before it (other drafts, other passes: the
-    # suite on 2026-11-27, "mendatang" against "mendatanguser"), so two texts that part must part on a near-tie
+    # Other passes can still part two texts on a near-tie (the suite on 2026-11-27, "mendatang" against
+    # "mendatanguser", when the server's history drafted from the answers before), so they must part on one
     pinned = {"speculation": {"k": 4}}
     client.chat.completions.create(model="default", messages=messages, max_tokens=24, extra_body=pinned)
     whole = client.chat.completions.create(model="default", messages=messages, max_tokens=24, extra_body=pinned)
@@ -241,24 +241,6 @@ def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Serv
     if none.choices[0].text != drafted:  # other pass shapes: a near-tie may go either way, nothing else may
         with Model(model_path) as model:
             assert _agree(model, PROMPTS[2], none.choices[0].text, drafted), (none.choices[0].text, drafted)
-
-
-def test_templated_requests_draft_from_earlier_ones_and_say_so_losslessly(server: Server, model_path: Path) -> None:
-    client = server.client()
-    people = [("Ann Lee", "Rome"), ("Ben Ode", "Lima"), ("Cai Sun", "Kyiv")]
-    drafted, answers = [], []
-    for name, city in people:  # one after another: each request may draft from the ones before it
-        content = f"Reply with only a JSON object with the keys name and city: {name} lives in {city}."
-        reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": content}],
-                                               max_tokens=24)
-        drafted.append(reply.model_extra["timings"]["draft_n_cache"])  # type: ignore[index]
-        plain = client.chat.completions.create(model="default", messages=[{"role": "user", "content": content}],
-                                               max_tokens=24, extra_body={"speculation": {"drafter": "none"}})
-        answers.append((content, reply.choices[0].message.content, plain.choices[0].message.content))
-    assert sum(drafted[1:]) > 0
-    with Model(model_path) as model:
-        for content, got, want in answers:
-            assert got == want or _agree(model, content, got or "", want or "", chat=True), (got, want)
 
 
 @pytest.mark.parametrize(("body", "param"), [

@@ -46,6 +46,7 @@ class ToyContext:
         self.model = None
         self.n_ctx = n_ctx
         self.tokens: list[int] = []
+        self.scope: str | None = None  # as a lane's: whose text it holds (the scheduler sets it)
         self.passes = 0
         self.logit_passes = 0  # passes that returned logits (decode), not only token ids
         self.tree_passes = 0

@@ -18,7 +18,7 @@ from localspec.bench.parallel import as_batch
 from localspec.bench.replay import Known, load_cost_table, replay_batch, shipped_tables
 from localspec.bench.suite import load_suite
 from localspec.runtime import BatchRuntime
-from localspec.settings import GenerationSettings, Settings, SpeculationSettings
+from localspec.settings import GenerationSettings, HistorySettings, Settings, SpeculationSettings
 from localspec.speculative.costs import PassCosts, auto_parallel
 
 OUT = Path("bench-out/batch-outputs.json")
@@ -27,7 +27,9 @@ OUT = Path("bench-out/batch-outputs.json")
 def outputs() -> list[Known]:
     if OUT.exists():
         return [Known(**k) for k in json.loads(OUT.read_text())]
-    settings = Settings(speculation=SpeculationSettings(drafter="none"), generation=GenerationSettings())
+    # the history off: a measurement neither drafts from nor writes into the user's history
+    settings = Settings(speculation=SpeculationSettings(drafter="none"), generation=GenerationSettings(),
+                        history=HistorySettings("off"))
     known: list[Known] = []
     with BatchRuntime.open(settings, 8) as rt:
         as_batch(rt, load_suite(None), known)

@@ -3,6 +3,8 @@
 Pilot) against the same generation without a UI (what `localspec run --chat` does), alternating, medians.
 Each measurement runs in a fresh process, as a user's `localspec run` or `localspec chat` would: llama.cpp's
 OpenMP threads belong to the thread that first decoded, and two sets of them in one process slow each other down.
+The history is off: each round asks the same prompt, which would otherwise draft from the rounds before it (and
+write into the user's history on disk).
 
     .venv/bin/python tools/chat_vs_run.py [--rounds 3] [--max-tokens 256] [--drafter none]
 """
@@ -15,19 +17,21 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 from localspec.cli.options import build_options
 from localspec.engine import Message
 from localspec.events import Finished
 from localspec.runtime import Runtime
-from localspec.settings import Settings
+from localspec.settings import HistorySettings, Settings
 from localspec.tui.app import ChatApp
 
 PROMPT = "Write a Python function that checks whether a number is prime, then explain it."
 
 
 def options(drafter: str, max_tokens: int) -> Settings:
-    return build_options(drafter=drafter, max_tokens=max_tokens, seed=0, gpu_layers=0)
+    opts = build_options(drafter=drafter, max_tokens=max_tokens, seed=0, gpu_layers=0)
+    return replace(opts, history=HistorySettings("off"))
 
 
 def without_ui(opts: Settings) -> float:

@@ -11,7 +11,8 @@ alternate ABBA per round on the same machine, so drift hits both alike. The hist
 (generated tokens over decode seconds; a batch's halves by the order its requests finished, over the job's wall
 time) and the ratio new / baseline, each round's beside the sum. --steps: no A/B, what this checkout's drafts did
 per half (tokens a pass, each draft kind's steps and accepted tokens; with --batch, the scheduler's passes and rows
-over the job): where a change shows before its speed does.
+over the job): where a change shows before its speed does, with the history in memory (or off, with
+LOCALSPEC_HISTORY=off), never on disk whatever the shell set: there a prompt would draft from its own earlier runs.
 Self-contained: only localspec's public runtime classes and the suites.
 """
 
@@ -127,7 +128,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--max-tokens", type=int)
     parser.add_argument("--steps", action="store_true",
-                        help="no A/B: run each suite once with this checkout (LOCALSPEC_HISTORY as set, else memory) "
+                        help="no A/B: run each suite once with this checkout (the history in memory, or off with "
+                             "LOCALSPEC_HISTORY=off; each prompt once) "
                              "and print, per half, tokens a pass, tok/s, drafts from earlier requests and each kind")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -135,7 +137,9 @@ def main() -> None:
         print(json.dumps(one(args.suite[0], args.batch, args.max_tokens)))
         return
     if args.steps:
-        os.environ.setdefault("LOCALSPEC_HISTORY", "memory")
+        # in memory, or off where asked: never the disk's, where a prompt would draft from its own earlier runs
+        if os.environ.get("LOCALSPEC_HISTORY", "").strip().lower() != "off":
+            os.environ["LOCALSPEC_HISTORY"] = "memory"
         for suite in args.suite:
             got = one(suite, args.batch, args.max_tokens)
             for half in ("first", "second"):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.history.history import History
+from localspec.history.history import Added, History
 
 
 def sequences(rng: np.random.Generator, n_tokens: int, vocab: int = 262_144) -> list[list[int]]:
@@ -50,7 +50,7 @@ def main() -> None:
         shelf = history.shelf("local")  # filled in one merge: feeding a million tokens one sequence at a time
         shelf.extend(seqs, list(range(len(seqs))))  # costs a merge per sequence (what a feed at this size costs:
         history.serial = len(seqs)  # timed below)
-        history.added = [("local", [], 0)]  # something to save
+        history.added = [Added("local", np.empty(0, np.int32), 0)]  # something to save
         fed = time.perf_counter() - t0
         history.save()
         size = path.stat().st_size

@@ -29,7 +29,7 @@ from localspec.bench.replay import replay_oracle as oracle
 from localspec.bench.suite import load_suite
 from localspec.events import Step
 from localspec.runtime import Runtime
-from localspec.settings import GenerationSettings, Settings, SpeculationSettings
+from localspec.settings import GenerationSettings, HistorySettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import measure
 
 K_MAX = 16
@@ -107,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
     suite = load_suite(args.suite)
     spec = SpeculationSettings(drafter="none")
-    with Runtime.open(Settings(speculation=spec)) as rt:
+    with Runtime.open(Settings(speculation=spec, history=HistorySettings("off"))) as rt:  # the user's stays untouched
         cost = measure(rt.context, K_MAX + 1)
         print("verify cost per pass, ms:", {n: round(s * 1000, 1) for n, s in cost.items()})
         rows = []

@@ -67,9 +67,11 @@ def outputs(prompts: list[BenchPrompt], *, here: bool = False) -> dict[str, tupl
     if missing:
         from localspec.events import Step
         from localspec.runtime import Runtime
-        from localspec.settings import GenerationSettings, Settings, SpeculationSettings
+        from localspec.settings import GenerationSettings, HistorySettings, Settings, SpeculationSettings
 
-        with Runtime.open(Settings(speculation=SpeculationSettings(drafter="none"))) as rt:
+        # the history off: target-only outputs, and nothing written into the user's history
+        settings = Settings(speculation=SpeculationSettings(drafter="none"), history=HistorySettings("off"))
+        with Runtime.open(settings) as rt:
             for p in missing:
                 prompt = rt.prompt_tokens(p.prompt)
                 rt.fresh(clear_cache=True)

@@ -46,11 +46,11 @@ def pass_costs(rpc: str, delay_ms: float, out: Path) -> dict[int, float]:
     from localspec.machine import processor_name
     from localspec.models.embedded import ensure_default_model
     from localspec.runtime import Runtime
-    from localspec.settings import RuntimeSettings, Settings, SpeculationSettings
+    from localspec.settings import HistorySettings, RuntimeSettings, Settings, SpeculationSettings
     from localspec.speculative.calibrate import measure
 
     settings = Settings(str(ensure_default_model(progress=False)), RuntimeSettings(n_ctx=512, rpc=(rpc,)),
-                        SpeculationSettings(drafter="none"))
+                        SpeculationSettings(drafter="none"), history=HistorySettings("off"))
     with Runtime.open(settings) as rt:
         seconds = measure(rt.context, 16, say=lambda _: None).seconds
         reads = rt.reads

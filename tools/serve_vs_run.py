@@ -2,7 +2,9 @@
 """One client against `localspec run` (issue #17's goal: within 5%): every prompt of the public suite as a chat,
 greedy, drafter auto, through `localspec run --chat --json` and through one streamed request at a time to
 `localspec serve`, alternating, --rounds times. Decode tokens per second as each reports it (run's stats, the
-server's timings.predicted_per_second), medians per prompt, and their ratio; the texts must be equal.
+server's timings.predicted_per_second), medians per prompt, and their ratio; the texts must be equal. Both run with
+the history off (LOCALSPEC_HISTORY=off): a round would otherwise draft from the answers of the rounds before it,
+and run and serve would each measure their own history, not their decoding.
 
     .venv/bin/python tools/serve_vs_run.py [--rounds 2] [--max-tokens 128]
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -29,8 +32,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args()
     rows = [json.loads(line) for line in SUITE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    env = {**os.environ, "LOCALSPEC_HISTORY": "off"}  # no prompt drafts from its own earlier rounds
     proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "--port", "0", "--parallel", "auto"],
-                            cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                            cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert proc.stderr is not None
     port = 0
     for line in proc.stderr:
@@ -45,7 +49,8 @@ def main() -> None:
             runs, served, texts = [], [], set()
             for _ in range(args.rounds):
                 out = subprocess.run([sys.executable, "-m", "localspec", "run", row["prompt"], "--chat", "-n",
-                                      str(args.max_tokens), "--json"], cwd=ROOT, capture_output=True, text=True)
+                                      str(args.max_tokens), "--json"], cwd=ROOT, env=env, capture_output=True,
+                                     text=True)
                 doc = json.loads(out.stdout)
                 runs.append(doc["stats"]["tokens_per_second"])
                 texts.add(doc["text"])

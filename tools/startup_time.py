@@ -43,8 +43,9 @@ print(first[0] - t0, file=sys.stderr)
 
 
 def first_token_seconds(root: Path) -> float:
-    done = subprocess.run([sys.executable, "-c", CHILD], env={**os.environ, "ROOT": str(root)},
-                          capture_output=True, text=True, timeout=300)
+    # the history off: the user's history (its size, a clear) must not change what start-up costs
+    env = {**os.environ, "ROOT": str(root), "LOCALSPEC_HISTORY": "off"}
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
     return float(done.stderr.strip().splitlines()[-1])
 
 

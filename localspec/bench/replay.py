@@ -58,6 +58,7 @@ class _KnownTarget:
     def __init__(self, sequence: Sequence[int], table: CostTable, clock: _Clock, *, eog: bool) -> None:
         self.sequence, self.table, self.clock = [*sequence, *([_EOG] if eog else [])], table, clock
         self.tokens: list[int] = []
+        self.scope: str | None = None  # whose text the scheduler ran on it (Job.scope)
         self.n_ctx = len(self.sequence) + 1
         self._tree: list[int] = []
         self.warmup = Warmup()  # a pass costs by the sizes before it (a GPU's graphs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -35,7 +36,9 @@ def chat(
         int | None, typer.Option("--delete", metavar="ID", help="Delete a saved conversation.", show_default=False)
     ] = None,
     no_history: Annotated[
-        bool, typer.Option("--no-history", help="Do not save this conversation (they are saved as they happen).")
+        bool, typer.Option("--no-history", help="Keep nothing of this conversation: it is not saved, and its tokens "
+                           "stay out of the history later runs draft from (they are kept only in memory while it "
+                           "runs).")
     ] = False,
     system: Annotated[str | None, typer.Option("--system", help="System message that opens the conversation.")] = None,
     save_dir: Annotated[
@@ -75,6 +78,7 @@ def chat(
             return
         if resume and no_history:
             raise UserError("--resume continues a saved conversation: drop --no-history")
+        options = chat_settings(options, no_history)
         store = None if no_history else _open_store()
         resume_id = _resume_id(store, conversation) if resume and store is not None else None
         # Textual draws on the terminal and reads keys from it: with a pipe or a file instead it would write escape
@@ -87,11 +91,24 @@ def chat(
 
     from localspec.tui.app import ChatApp
 
+    chat_app = ChatApp(options, system=system, save_dir=save_dir, store=store, resume=resume_id)
     try:
-        ChatApp(options, system=system, save_dir=save_dir, store=store, resume=resume_id).run()
+        chat_app.run()
     finally:
         if store is not None:
             store.close()
+        for notice in getattr(getattr(chat_app, "engine", None), "closing", []):  # the terminal is ours again
+            print(f"localspec: {notice}", file=sys.stderr)
+
+
+def chat_settings(options: Settings, no_history: bool) -> Settings:
+    """The chat's settings: with --no-history its turns are drafted from in memory only, never written into the
+    history on disk (the saved conversation and the history are both what "history" means to the user)."""
+    if not no_history:
+        return options
+    if options.history.mode == "disk":
+        raise UserError("--no-history keeps nothing of this conversation on disk: drop --keep-history")
+    return replace(options, history=replace(options.history, mode=options.history.resolved("memory")))
 
 
 def _open_store() -> ChatStore:
@@ -119,6 +136,7 @@ def _manage(list_saved: bool, delete: int | None) -> None:
             if not store.delete(delete):
                 raise UserError(f"no saved conversation {delete}: `localspec chat --list` shows them")
             print(f"Deleted conversation {delete}.")
+            _forget(delete)
         if list_saved:
             saved = store.list()
             if not saved:
@@ -127,6 +145,18 @@ def _manage(list_saved: bool, delete: int | None) -> None:
                 print(f"{c.id:>5}  {c.describe()}")
     finally:
         store.close()
+
+
+def _forget(conversation: int) -> None:
+    """A deleted conversation's turns leave the history later runs draft from, too (they were tagged with its id
+    as they were fed)."""
+    from localspec.history.history import forget_everywhere
+
+    try:
+        forget_everywhere(conversation)
+    except OSError as e:
+        raise UserError(f"conversation {conversation} is deleted, but the history it fed could not be rewritten "
+                        f"({e.strerror or type(e).__name__}): `localspec cache --clear` removes all of it") from None
 
 
 def _prepare_model(spec: str | None) -> None:

@@ -72,7 +72,8 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("keep_history", ("--keep-history/--no-keep-history",), bool | None, None, "Keep the requests' tokens on "
         "disk (the cache folder, per model; `localspec cache` shows and clears it) so later runs draft from them, or "
         f"only in memory while this command runs. Default: kept for run, chat and batch, in memory for serve; "
-        f"{HISTORY_ENV}=disk|memory|off sets the default.", "Speculation", "history.mode", _GENERATE),
+        f"{HISTORY_ENV}=memory|off lowers the default (it never makes serve keep text on disk).", "Speculation",
+        "history.mode", _GENERATE),
     Opt("max_tokens", ("--max-tokens", "-n"), int, 256, "Most tokens to generate.", "Sampling",
         "generation.max_tokens", _GENERATE),
     Opt("max_tokens_cap", ("--max-tokens-cap",), int | None, None, "Most tokens one request may ask for (its "

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -135,7 +139,8 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | N
     worker = Worker("localspec-serve")
     try:
         # opened on the worker: llama.cpp's context is decoded from the thread that made it
-        # a server holds other people's text: kept in memory only, unless the operator asks (--keep-history)
+        # a server holds other people's text: kept in memory only, unless the operator asks (--keep-history; the
+        # LOCALSPEC_HISTORY variable can only lower that); kept on disk, it is saved as the server goes (service.py)
         rt = worker.call(lambda: BatchRuntime.open(options, lanes, say=_say, history_default="memory"))
     except BaseException:
         worker.shutdown()
@@ -156,12 +161,42 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | N
          f"{speculation.drafter}{'' if speculation.k is None else f' k={speculation.k}'} · {rt.device.description}"
          f"{' · API key required' if key else ''}; Ctrl-C stops")
     service.start()
+    terminated = False
     try:
-        server.run(sockets=[sock])
+        with _sigterm_raises():
+            server.run(sockets=[sock])
+    except _Terminated:
+        terminated = True
     finally:
-        service.close()
+        service.close()  # the requests end, the history is saved (with --keep-history), the model closes
         sock.close()
     _say("stopped")
+    if terminated:  # ended by the signal, as supervisors expect of a process told to stop
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _Terminated(Exception):
+    """SIGTERM (systemd, docker stop, kill) once uvicorn has shut down: stop as cleanly as Ctrl-C."""
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the server runs, SIGTERM raises ``_Terminated`` once uvicorn has shut down. uvicorn catches the signal,
+    shuts down, puts back the handler it found and raises the signal again: with the default handler the process
+    died there, before the ``finally`` that saves the history and closes the model."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _say(text: str) -> None:

@@ -38,6 +38,9 @@ class Lane:
         self.tokens: list[int] = []
         self.n_ctx = lanes.n_ctx
         self.greedy = True  # its rows come back as token ids; set by the scheduler for each generation
+        # whose text its cache holds (Job.scope): a prefix is reused only by a job of the same scope, whichever
+        # scheduler runs it (the scope lives with the cache it guards)
+        self.scope: str | None = None
 
     def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         out = self.lanes.decode([Part(self.seq, tokens, "logits")])[0]

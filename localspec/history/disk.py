@@ -5,6 +5,10 @@ Two processes at once: each loads at start and keeps what it adds (``History.add
 (``locked``), and if the file changed since this process read it (``stamp``), reads it again and adds its own
 sequences on top (history.py), so neither loses the other's. A file that cannot be read (damaged, another model's, a
 newer format) is set aside beside it with one notice, never a crash: the history starts empty and the run goes on.
+A file this user may not read or write is left alone (the caller says so in one line and keeps nothing on disk).
+
+``localspec cache --clear`` leaves a mark (``CLEARED``, the time it cleared) before it removes the files: a process
+that was running then drops, at its next save, everything it held from before that time, so a clear stays a clear.
 This module knows files and arrays, not the History that uses them.
 """
 
@@ -18,13 +22,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from localspec.history.store import NS, Shelf
+from localspec.history.store import NS, SEP, Shelf
 from localspec.paths import cache_dir
 
 FORMAT = 1
+CLEARED = ".cleared"  # in the history folder: when `localspec cache --clear` last ran (ns since the epoch)
 
 
 def history_dir() -> Path:
@@ -67,14 +73,32 @@ def locked(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def model_of(path: Path) -> str:
+    """The model a history file says it belongs to; Unreadable if it says nothing usable."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return str(json.loads(bytes(data["meta"]).decode("utf-8"))["model"])
+    except OSError:
+        raise
+    except Exception as e:
+        raise Unreadable(f"damaged ({type(e).__name__})") from None
+
+
 class Unreadable(Exception):
     """The file is not a history this localspec can use (the message says why)."""
 
 
-def read(path: Path, model: str) -> tuple[dict[str, Shelf], int]:
-    """(shelves, next serial) from ``path``; Unreadable if it is damaged, another model's or a newer format."""
+def read(path: Path, model: str, n_vocab: int | None = None) -> tuple[dict[str, Shelf], int]:
+    """(shelves, next serial) from ``path``; Unreadable if it is damaged, another model's or a newer format (or
+    holds token ids past ``n_vocab``); OSError if it cannot be opened at all (a permission: the file is not at
+    fault, and is left where it is)."""
+    with open(path, "rb") as f:  # an OSError here is the caller's to say, never "damaged"
+        return _read(f, model, n_vocab)
+
+
+def _read(f: BinaryIO, model: str, n_vocab: int | None) -> tuple[dict[str, Shelf], int]:
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(f, allow_pickle=False) as data:
             meta = json.loads(bytes(data["meta"]).decode("utf-8"))
             if not isinstance(meta, dict) or not isinstance(meta.get("format"), int):
                 raise Unreadable("no format")
@@ -86,9 +110,11 @@ def read(path: Path, model: str) -> tuple[dict[str, Shelf], int]:
                 raise Unreadable("indexed another way")
             shelves = {}
             for i, scope in enumerate(meta["scopes"]):
+                tags = data[f"s{i}.tags"] if f"s{i}.tags" in data.files else np.empty(0, np.int64)  # older: none
                 shelf = Shelf(tokens=data[f"s{i}.tokens"], starts=data[f"s{i}.starts"], serials=data[f"s{i}.serials"],
-                              keys={n: data[f"s{i}.k{n}"] for n in NS}, positions={n: data[f"s{i}.p{n}"] for n in NS})
-                _check(shelf)
+                              tags=tags, keys={n: data[f"s{i}.k{n}"] for n in NS},
+                              positions={n: data[f"s{i}.p{n}"] for n in NS})
+                _check(shelf, n_vocab)
                 shelves[str(scope)] = shelf
             return shelves, int(meta["serial"])
     except Unreadable:
@@ -97,13 +123,20 @@ def read(path: Path, model: str) -> tuple[dict[str, Shelf], int]:
         raise Unreadable(f"damaged ({type(e).__name__})") from None
 
 
-def _check(shelf: Shelf) -> None:
+def _check(shelf: Shelf, n_vocab: int | None = None) -> None:
     """Cheap proofs that the arrays fit together (a few ms at a million tokens): a lookup can then never index out
-    of them. (A wrong draft would only cost a pass: verification keeps the output the model's.)"""
-    t = shelf.tokens
-    ok = (t.dtype == np.int32 and t.ndim == 1 and shelf.starts.dtype == np.int64
-          and shelf.serials.dtype == np.int64 and len(shelf.starts) == len(shelf.serials)
-          and (not len(shelf.starts) or (shelf.starts[0] == 0 and shelf.starts[-1] < len(t))))
+    of them, and never draft an id the model does not have (llama_decode would refuse the pass). The file has no
+    checksum: these are what stands between a crafted file and the decoder. (A wrong draft of real ids would only
+    cost a pass: verification keeps the output the model's.)"""
+    t, starts = shelf.tokens, shelf.starts
+    ok = (t.dtype == np.int32 and t.ndim == 1 and starts.dtype == np.int64 and starts.ndim == 1
+          and shelf.serials.dtype == np.int64 and len(starts) == len(shelf.serials)
+          and shelf.tags.dtype == np.int64 and shelf.tags.shape == shelf.serials.shape
+          and (not len(starts) or (starts[0] == 0 and starts[-1] < len(t))))
+    if ok and len(t):
+        # ids in range (SEP the only negative), each sequence ends with SEP where the next one starts
+        ok = (int(t.min()) >= SEP and (n_vocab is None or int(t.max()) < n_vocab) and int(t[-1]) == SEP
+              and bool(np.all(starts[1:] > starts[:-1])) and bool(np.all(t[starts[1:] - 1] == SEP)))
     for n in NS:
         k, p = shelf.keys[n], shelf.positions[n]
         ok = ok and k.dtype == np.uint64 and p.dtype == np.int32 and k.shape == p.shape and k.ndim == 1
@@ -131,7 +164,7 @@ def write(path: Path, model: str, shelves: dict[str, Shelf], serial: int) -> Non
     for i, scope in enumerate(scopes):
         shelf = shelves[scope]
         arrays[f"s{i}.tokens"], arrays[f"s{i}.starts"] = shelf.tokens, shelf.starts
-        arrays[f"s{i}.serials"] = shelf.serials
+        arrays[f"s{i}.serials"], arrays[f"s{i}.tags"] = shelf.serials, shelf.tags
         for n in NS:
             arrays[f"s{i}.k{n}"], arrays[f"s{i}.p{n}"] = shelf.keys[n], shelf.positions[n]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,10 +172,27 @@ def write(path: Path, model: str, shelves: dict[str, Shelf], serial: int) -> Non
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())  # the data on disk before the name points at it: a crash leaves old or new
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
+        _sync_folder(path.parent)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _sync_folder(folder: Path) -> None:
+    """The rename itself on disk (best effort: not every platform can open a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def describe() -> list[dict[str, object]]:
@@ -160,19 +210,63 @@ def describe() -> list[dict[str, object]]:
                 entry["scopes"] = {str(scope): {"requests": int(len(data[f"s{i}.starts"])),
                                                 "tokens": int(len(data[f"s{i}.tokens"]) - len(data[f"s{i}.starts"]))}
                                    for i, scope in enumerate(meta.get("scopes", []))}
+        except OSError as e:  # not this user's to read: said as such (nothing is set aside for it)
+            entry["error"] = f"cannot be read ({e.strerror or type(e).__name__})"
         except Exception as e:  # a damaged file is shown as such; the next run sets it aside
             entry["error"] = f"unreadable ({type(e).__name__})"
         out.append(entry)
     return out
 
 
-def clear() -> list[Path]:
-    """Remove every kept history (and anything set aside); the files removed."""
+def leftovers() -> list[dict[str, object]]:
+    """Files beside the histories that hold text too: files set aside (``.bad-*``) and writes a crash left
+    (``.tmp``); ``localspec cache`` shows them and ``--clear`` removes them."""
     folder = history_dir()
-    removed = []
-    if folder.is_dir():
-        for path in sorted(folder.iterdir()):
-            if path.is_file():
-                path.unlink()
-                removed.append(path)
+    if not folder.is_dir():
+        return []
+    out: list[dict[str, object]] = []
+    for path in sorted(folder.iterdir()):
+        kind = "set aside" if ".bad-" in path.name else "unfinished write" if path.name.endswith(".tmp") else None
+        if kind is not None and path.is_file():
+            out.append({"path": str(path), "bytes": path.stat().st_size, "kind": kind})
+    return out
+
+
+def cleared_at(folder: Path) -> int:
+    """When the histories in ``folder`` were last cleared (ns since the epoch; 0: never)."""
+    try:
+        return int((folder / CLEARED).read_text(encoding="ascii").strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _owner(path: Path) -> Path | None:
+    """The history whose lock guards ``path``: itself, or the one an unfinished write was for."""
+    name = path.name
+    if name.endswith(".npz"):
+        return path
+    if name.startswith(".") and name.endswith(".tmp") and ".npz." in name:
+        return path.with_name(name[1 : name.index(".npz.") + 4])
+    return None
+
+
+def clear() -> list[Path]:
+    """Remove every kept history (and anything set aside); the files removed. The mark goes first, so a process
+    that saves after it drops what it held from before; each file goes under its lock (a writer's lock file stays:
+    removing it would let a second writer in beside the first)."""
+    folder = history_dir()
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    mark = folder / CLEARED
+    tmp = mark.with_name(f"{CLEARED}.{uuid.uuid4().hex}.new")
+    tmp.write_text(str(time.time_ns()), encoding="ascii")
+    os.replace(tmp, mark)
+    for path in sorted(folder.iterdir()):
+        if not path.is_file() or path.name.endswith(".lock") or path.name == CLEARED:
+            continue
+        owner = _owner(path)
+        with locked(owner) if owner is not None else contextlib.nullcontext():
+            path.unlink(missing_ok=True)
+        removed.append(path)
     return removed

@@ -91,11 +91,16 @@ class Shelf:
     tokens: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     starts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     serials: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    # per sequence, whose it is where that matters later (a chat's conversation id: deleting the conversation
+    # forgets its turns); 0: nobody's in particular
+    tags: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     keys: dict[int, np.ndarray] = field(default_factory=dict)
     positions: dict[int, np.ndarray] = field(default_factory=dict)
     epoch: int = 0  # bumped when positions shift (the oldest dropped): a place followed is no longer valid
 
     def __post_init__(self) -> None:
+        if len(self.tags) != len(self.serials):  # a file written before tags: nobody's
+            self.tags = np.zeros(len(self.serials), np.int64)
         for n in NS:
             self.keys.setdefault(n, np.empty(0, np.uint64))
             self.positions.setdefault(n, np.empty(0, np.int32))
@@ -109,13 +114,15 @@ class Shelf:
         return len(self.starts)
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.tokens, self.starts, self.serials, *self.keys.values(),
+        return sum(a.nbytes for a in (self.tokens, self.starts, self.serials, self.tags, *self.keys.values(),
                                       *self.positions.values()))
 
-    def add(self, sequence: Sequence[int], serial: int) -> None:
-        self.extend([sequence], [serial])
+    def add(self, sequence: Sequence[int], serial: int, tag: int = 0) -> None:
+        self.extend([sequence], [serial], [tag])
 
-    def extend(self, sequences: Sequence[Sequence[int]], serials: Sequence[int]) -> None:
+    def extend(
+        self, sequences: Sequence[Sequence[int]], serials: Sequence[int], tags: Sequence[int] | None = None,
+    ) -> None:
         """Append sequences and merge their n-grams into the sorted index (new positions sort after old ones)."""
         if not sequences:
             return
@@ -128,6 +135,8 @@ class Shelf:
         self.tokens = np.concatenate([self.tokens, new])
         self.starts = np.concatenate([self.starts, starts + base])
         self.serials = np.concatenate([self.serials, np.asarray(serials, np.int64)])
+        self.tags = np.concatenate([self.tags, np.asarray(tags if tags is not None else [0] * len(sequences),
+                                                          np.int64)])
         for n in NS:
             h, pos = _hashes(new, n)
             if not len(h):
@@ -147,11 +156,25 @@ class Shelf:
         self.tokens = self.tokens[cut:].copy()
         self.starts = self.starts[count:] - cut
         self.serials = self.serials[count:].copy()
+        self.tags = self.tags[count:].copy()
         for n in NS:
             keep = self.positions[n] >= cut
             self.keys[n] = self.keys[n][keep]
             self.positions[n] = self.positions[n][keep] - cut
         self.epoch += 1
+
+    def sequences(self) -> list[np.ndarray]:
+        """Each kept sequence's tokens, oldest first."""
+        ends = [*self.starts[1:].tolist(), len(self.tokens)]
+        return [self.tokens[a : b - 1] for a, b in zip(self.starts.tolist(), ends, strict=True)]
+
+    def without(self, tag: int) -> Shelf:
+        """This shelf less the sequences tagged ``tag`` (rebuilt: positions change, so at a later epoch)."""
+        keep = np.flatnonzero(self.tags != tag).tolist()
+        seqs = self.sequences()
+        shelf = Shelf(epoch=self.epoch + 1)
+        shelf.extend([seqs[i] for i in keep], self.serials[keep].tolist(), self.tags[keep].tolist())
+        return shelf
 
     def lookup(
         self, tail: Sequence[int], cap: int, width: int = 1, hashes: Sequence[int] | None = None,

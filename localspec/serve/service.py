@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from localspec.events import Event, Finished, Prefill, Step
-from localspec.runtime import BatchRuntime
+from localspec.runtime import BatchRuntime, save_history
 from localspec.serve.metrics import Metrics
 from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
 from localspec.worker import Worker
@@ -132,7 +132,7 @@ class Service:
                                   stats=self.passes, shapes=self.rt.shapes)
             try:
                 for job, event in scheduler.run(self.queue.jobs(), self.worker.stop_requested.is_set,
-                                                idle=self.queue.wait):
+                                                idle=self._idle):
                     self._deliver(job, event)
                 return
             except Exception as e:  # llama.cpp failed mid-pass: every running request gets the error, and go on
@@ -142,6 +142,18 @@ class Service:
                 self.queue.running.clear()
                 for lane in range(len(self.rt.lanes)):  # no lane's cache can be trusted after a failed pass
                     self.rt.lanes[lane].truncate(0)
+
+    def _idle(self) -> None:
+        self.queue.wait()
+        self._save_if_due()
+
+    def _save_if_due(self) -> None:
+        """With --keep-history, save as the server goes (every few dozen requests, or a minute after one), not only
+        at the end: a crash or a kill loses no more than that. On the worker thread, between passes: the drafters
+        read the history there, never while a save replaces it."""
+        history = self.rt.history
+        if history is not None and history.due():
+            save_history(history, self.rt.say)
 
     def _deliver(self, job: Job, event: Event | Failed) -> None:
         ticket = job.key
@@ -158,6 +170,8 @@ class Service:
             self.queue.running.discard(ticket)
             metrics.end(event.reason if isinstance(event, Finished) else "error")
         ticket.deliver(event)
+        if isinstance(event, Finished):
+            self._save_if_due()
 
     def close(self, timeout: float = 30) -> None:
         """Stop the scheduler (running requests end "interrupted"), then close the model on the worker thread."""

@@ -144,7 +144,6 @@ class Scheduler:
         self.shapes = shapes if shapes is not None else Shapes()
         self.warmup = Warmup()
         self._size = 0  # the rows of the last pass, padding included
-        self._scopes: list[str | None] = [None] * len(lanes)  # the scope of each lane's last job (Job.scope)
 
     def run(
         self, jobs: Iterable[Job | None], cancelled: Callable[[], bool] = lambda: False,
@@ -207,8 +206,11 @@ class Scheduler:
         return max(free, key=lambda i: (self._reusable(i, job, job.prompt[:-1]), -i))
 
     def _reusable(self, lane: int, job: Job, tokens: Sequence[int]) -> int:
-        """How much of ``tokens`` ``job`` may take from what ``lane`` holds: nothing across scopes."""
-        if self._scopes[lane] not in (None, job.scope):
+        """How much of ``tokens`` ``job`` may take from what ``lane`` holds: nothing across scopes. The scope is
+        the lane's own (``scope``, set when a job starts on it), not this scheduler's: a server that builds a new
+        scheduler over the same lanes (after a failed pass) must not hand one key's cached prefix to another. A
+        lane whose scope is unknown shares nothing."""
+        if getattr(self.lanes[lane], "scope", None) != job.scope:
             return 0
         return common_prefix(self.lanes[lane].tokens, tokens)
 
@@ -223,15 +225,15 @@ class Scheduler:
     def _start(self, job: Job, lane: int) -> _Flight:
         # what the lane still holds from its last job is reused where the prompts agree (and the scope is the same)
         kept = self._reusable(lane, job, job.prompt[:-1])
-        self._scopes[lane] = job.scope
         self.lanes.begin(lane, job)
         target = self.lanes[lane]
+        target.truncate(kept)  # what another scope left is gone before the lane is marked as this one's
+        target.scope = job.scope  # type: ignore[attr-defined]
         generator = self.make_generator(target, job)
         generator.policy.in_batch = True  # the scheduler keeps the pass's size; the sequence only drafts
         run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
                   TextStream(generator.vocab, job.settings.stop))
         run.started = self.clock()
-        target.truncate(kept)
         return _Flight(job, lane, generator, run, reused=kept)
 
     def _pass(self, flights: list[_Flight | None]) -> Iterator[tuple[Job, Event]]:

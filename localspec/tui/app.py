@@ -277,7 +277,7 @@ class ChatApp(ChatCommands, App[None]):
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
     def _generate(self, tokens: list[int], drafter: str) -> None:
         worker = get_current_worker()
-        self.engine.generate(tokens, drafter, lambda: worker.is_cancelled)
+        self.engine.generate(tokens, drafter, lambda: worker.is_cancelled, self.session.id or 0)
 
     def on_drafter_switched(self, message: DrafterSwitched) -> None:
         if message.error:

@@ -173,6 +173,7 @@ class ChatCommands:
         store = self.session.store
         if store is None or not store.delete(conversation_id):
             return False
+        self.engine.forget(conversation_id)  # its turns leave the history it drafts from too
         if conversation_id == self.session.id:
             self._clear()
             self.transcript.add_notice("The conversation that was on screen is deleted; this is a new one.")

@@ -84,6 +84,7 @@ class Engine:
         self.worker = Worker("localspec-engine")
         self.stop_requested = self.worker.stop_requested
         self.steps: deque[tuple[Step, float]] = deque()  # filled by the engine, taken by the UI's timer
+        self.closing: list[str] = []  # what closing the runtime said (a failed save), printed once the app is gone
 
     def start(self) -> None:
         """Start the engine thread, then lower the priority of the calling (UI) thread only."""
@@ -117,12 +118,15 @@ class Engine:
             self._post(RuntimeReady(rt.model_name, rt.chat_template.source, rt.drafter_name, advice + rt.notices))
 
     def close(self) -> None:
-        """Close the model once nothing uses it (waits for a running answer to notice the stop flag)."""
+        """Close the model once nothing uses it (waits for a running answer to notice the stop flag). What closing
+        has to say (a history that could not be saved) is kept in ``closing``, for after the app has left the
+        terminal."""
         self.stop_requested.set()
         if not self._lock.acquire(timeout=60):
             return  # the engine is stuck inside llama.cpp; the process exit will reclaim everything
         try:
             if self.rt is not None:
+                self.rt.say = self.closing.append
                 self.rt.close()
                 self.rt = None
         finally:
@@ -138,16 +142,37 @@ class Engine:
         self.steps.clear()
         self.stop_requested.clear()
 
-    def generate(self, tokens: list[int], drafter: str, cancelled: Callable[[], bool]) -> None:
-        """Answer ``tokens`` with ``drafter`` (switched first if needed); blocks until the answer ends."""
-        self.call(self._generate, tokens, drafter, lambda: self.stop_requested.is_set() or cancelled())
+    def generate(self, tokens: list[int], drafter: str, cancelled: Callable[[], bool], conversation: int = 0) -> None:
+        """Answer ``tokens`` with ``drafter`` (switched first if needed); blocks until the answer ends. What it
+        feeds the history is ``conversation``'s (its id in the store; 0: not saved), to forget when it is deleted."""
+        self.call(self._generate, tokens, drafter, lambda: self.stop_requested.is_set() or cancelled(), conversation)
 
-    def _generate(self, tokens: list[int], drafter: str, cancelled: Callable[[], bool]) -> None:
+    def forget(self, conversation: int) -> None:
+        """A deleted conversation's turns leave the history too: the runtime's (which would save them back) and
+        every file's."""
+        self.call(self._forget, conversation)
+
+    def _forget(self, conversation: int) -> None:
+        from localspec.history.history import forget_everywhere
+
+        with self._lock:
+            history = getattr(self.rt, "history", None)
+            try:
+                if history is not None:
+                    history.forget(conversation)
+                forget_everywhere(conversation)
+            except OSError as exc:  # said in the chat, never a traceback
+                self._post(RuntimeLoading(f"the history could not forget conversation {conversation}: "
+                                          f"{exc.strerror or type(exc).__name__}"))
+
+    def _generate(self, tokens: list[int], drafter: str, cancelled: Callable[[], bool], conversation: int = 0) -> None:
         with self._lock:
             rt = self.rt
             if rt is None:
                 self._post(AnswerFailed("the model is closed"))
                 return
+            if hasattr(rt, "tag_history"):
+                rt.tag_history(conversation)
             if drafter != rt.drafter_name:
                 # opening a draft or early-exit model takes seconds: done here, off the UI thread
                 try:
