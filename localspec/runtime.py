@@ -311,7 +311,8 @@ class BatchRuntime(Prompts):
             # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                          greedy_rows=n_max) as probe:
-                reads = choose_reads(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled)
+                reads = choose_reads(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled,
+                                     settle=reproducible)
                 calibration = load_or_measure(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled,
                                               retry=not reproducible)
                 shapes = load_or_measure_shapes(probe, known_sha256(path), device, runtime.n_batch, say=say,

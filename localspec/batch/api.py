@@ -5,8 +5,8 @@
         print(r.id, r.text, r.stats.tokens_per_second)
 
 Greedy, every prompt's text is what `localspec run` gives it alone (up to numerical near-ties), while the prompts
-share the target's passes; sampled with a seed, the same call gives the same texts again when every prompt sharing
-the passes is seeded (not run's alone: docs/speculation.md, "What a seed promises").
+share the target's passes; sampled with ``seed=``, the same call gives the same texts again (not run's alone:
+docs/speculation.md, "What a seed promises").
 """
 
 from __future__ import annotations

@@ -169,10 +169,12 @@ class Reads:
 def choose_reads(
     ctx: Context, model_hash: str, device: Device, n_max: int, *, rounds: int = 3,
     again: bool = False, say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
+    settle: bool = False,
 ) -> Reads | None:
     """Read greedy passes the cheaper way on this device (cached like the pass costs; timed once, in a second or
     two; ``again``: timed now): turns the context's backend sampler on or off (``Context.use_backend_sampler``).
-    None where there is no choice (no backend sampler)."""
+    None where there is no choice (no backend sampler). ``settle``: cached even if the machine was busy (the choice
+    names the pass-cost file a batch prices on, which a seeded job must not change from one start to the next)."""
     if not ctx.can_sample or n_max < 1 or not ctx.model.can_rollback:  # timing rolls each pass back
         return None
     path = cache_path(model_hash, device, n_max, "reads")
@@ -184,7 +186,7 @@ def choose_reads(
         reads = _time_reads(ctx, n_max, rounds, cancelled, steady=device.graphs)
         others = load.cores()
         # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
-        if others is None or others < _BUSY_CORES:
+        if settle or others is None or others < _BUSY_CORES:
             with contextlib.suppress(OSError):
                 atomic_write_text(path, json.dumps({"ids": reads.ids, "measured": reads.measured, "seconds": {
                     how: {str(n): t for n, t in by_n.items()} for how, by_n in reads.seconds.items()}}, indent=1))
