@@ -149,7 +149,7 @@ class Runtime(Prompts):
             shapes = load_or_measure_shapes(ctx, known_sha256(path), device, speculation.k_max + 1, say=say,
                                             cancelled=cancelled)
             policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, branches=speculation.branches,
-                                 shapes=shapes)
+                                 shapes=shapes, reproducible=sampling.reproducible)
             if speculation.branches > 1 and shapes.active:
                 notices.append(TREES_OFF)
             drafter_name = speculation.drafter
@@ -159,7 +159,7 @@ class Runtime(Prompts):
             history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
             view = history.view(LOCAL_SCOPE) if history is not None else None
             drafters = _open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled,
-                                      say, view)
+                                      say, drafts_from(view, sampling))
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
             generator.grammars = Grammars(target.vocab, say)
             if view is not None:
@@ -245,7 +245,8 @@ class Runtime(Prompts):
                 raise UserError(f"{self.model_name} cannot roll back its cache: only --drafter none works")
             view = self.history.view(LOCAL_SCOPE) if self.history is not None else None
             self._drafters[kind] = _open_drafters(
-                kind, self.model, speculation, sampling, runtime, self.generator.policy, self._stack, history=view
+                kind, self.model, speculation, sampling, runtime, self.generator.policy, self._stack,
+                history=drafts_from(view, sampling)
             )
         if self._drafters[kind]:
             self._calibrate()
@@ -259,11 +260,14 @@ class Runtime(Prompts):
         # the rows: 1 row always won, and a pinned k never drafted on a GPU
         if policy.calibrated or (speculation.k is not None and not policy.shapes.active):
             return
+        # a seeded sampled request prices on the figures as measured, and takes a disturbed measurement as it is
+        # rather than measuring again at each start: either would change its pass sizes from one run to the next
+        reproducible = self.settings.sampling.reproducible
         self.calibration = load_or_measure(
             self.context, known_sha256(self.model.path), self.device, speculation.k_max + 1, say=self.say,
-            cancelled=cancelled,
+            cancelled=cancelled, retry=not reproducible,
         )
-        policy.calibrate(self.calibration.seconds)
+        policy.calibrate(self.calibration.as_measured if reproducible else self.calibration.seconds)
 
     def save_pass_costs(self) -> list[int]:
         """Write back the pass costs that live passes proved lower than the calibration's; the sizes changed."""
@@ -312,6 +316,8 @@ class BatchRuntime(Prompts):
     trust: dict[str, dict[str, Survival]] = field(default_factory=dict, repr=False)
     say: Callable[[str], None] | None = field(default=None, repr=False)  # where a failed save is said (else stderr)
     grammars: Grammars | None = field(default=None, repr=False)  # the model's, built on the first constrained job
+    # what seeded sampled sequences price on: the calibration as measured, never corrected live (PassCosts.frozen)
+    measured_costs: PassCosts = field(default_factory=PassCosts, repr=False)
 
     def __post_init__(self) -> None:
         self.grammars = Grammars(self.model.vocab, self.say)
@@ -325,6 +331,7 @@ class BatchRuntime(Prompts):
         """``parallel`` None: as many lanes as pay on this device's pass costs (at most PARALLEL_AUTO_MAX, and no
         more than ``jobs``). ``history_default``: as Runtime.open's (serve passes "memory")."""
         runtime, speculation = settings.runtime, settings.speculation
+        reproducible = settings.sampling.reproducible  # a job seeded as a whole (--seed): its lanes too, see below
         check_model_free(speculation.drafter, "batch")
         stack = ExitStack()
         try:
@@ -334,13 +341,16 @@ class BatchRuntime(Prompts):
             # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                          greedy_rows=n_max) as probe:
-                reads = choose_reads(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled)
-                calibration = load_or_measure(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled)
+                reads = choose_reads(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled,
+                                     settle=reproducible)
+                calibration = load_or_measure(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled,
+                                              retry=not reproducible)
                 shapes = load_or_measure_shapes(probe, known_sha256(path), device, runtime.n_batch, say=say,
                                                 cancelled=cancelled)
             costs = PassCosts(dict(calibration.seconds), wide_slope=shapes.active)
+            measured = PassCosts(dict(calibration.as_measured), wide_slope=shapes.active, frozen=True)
             if parallel is None:
-                parallel = auto_parallel(costs, PARALLEL_AUTO_MAX)
+                parallel = auto_parallel(measured if reproducible else costs, PARALLEL_AUTO_MAX)
             parallel = max(1, min(parallel, jobs or parallel))
             lanes = stack.enter_context(Lanes(
                 target, parallel, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch,
@@ -354,19 +364,22 @@ class BatchRuntime(Prompts):
                 raise KeyboardInterrupt
             history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
             return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, device,
-                       notices, calibration, shapes, stack, history, say=say)
+                       notices, calibration, shapes, stack, history, say=say, measured_costs=measured)
         except BaseException:
             stack.close()
             raise
 
     def make_generator(self, lane: Target, job: Job) -> Generator:
         """A sequence's own loop: fresh drafters and acceptance statistics (its job's drafter and k, else the
-        runtime's), the shared pass costs."""
+        runtime's), the shared pass costs (a seeded sampled job: the measured ones, and no drafts from earlier
+        runs; its text then depends on its neighbours' pass sizes only, see docs/speculation.md)."""
         speculation = job.speculation or self.settings.speculation
         view = self.history.view(job.scope) if self.history is not None else None
-        drafters = lookup_drafters(speculation.drafter, view) or []
-        policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k, costs=self.costs,
-                             shapes=self.shapes, shared=self.trust.setdefault(job.scope, {}))
+        drafters = lookup_drafters(speculation.drafter, drafts_from(view, job.sampling)) or []
+        reproducible = job.sampling.reproducible
+        policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k,
+                             costs=self.measured_costs if reproducible else self.costs, shapes=self.shapes,
+                             shared=self.trust.setdefault(job.scope, {}), reproducible=reproducible)
         generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
         generator.grammars = self.grammars
         if view is not None:
@@ -429,6 +442,12 @@ def lookup_drafters(kind: str, history: HistoryView | None = None) -> list[Draft
     return [NgramDrafter(history=history)] if kind in ("ngram", "auto") else None
 
 
+def drafts_from(view: HistoryView | None, sampling: SamplingSettings) -> HistoryView | None:
+    """The history a lookup drafts from: none for a seeded sampled request, whose drafts (and so pass sizes, which
+    move llama.cpp's logits) must not follow what the runs before it wrote; it still feeds the history."""
+    return None if sampling.reproducible else view
+
+
 def open_history(
     settings: Settings, path: Path, default: str, notices: list[str], n_vocab: int | None = None,
 ) -> History | None:
@@ -488,7 +507,7 @@ def _open_drafters(
         )
         if speculation.k is None:  # the policy should know what a drafted token costs before trying
             costs = load_or_measure(ctx, known_sha256(path), Device.of(draft, runtime.threads()), 1, say=say,
-                                    cancelled=cancelled)
+                                    cancelled=cancelled, retry=not sampling.reproducible)
             policy.calibrate_drafter(name, costs.seconds[1])
         return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
 

@@ -37,6 +37,14 @@ class SamplingSettings:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def reproducible(self) -> bool:
+        """Sampled with a seed: the text must not depend on anything but the request, this machine and this build.
+        llama.cpp's kernels give a position other logits in passes of other sizes, so such a request's pass sizes
+        are priced on the measured pass costs alone, not on live timings, and its drafts come from its own text, not
+        from what earlier runs wrote (runtime.py). Greedy needs none of it: it draws nothing."""
+        return self.seed is not None and not self.greedy
+
     def validate(self) -> None:
         if not (0.0 <= self.temperature <= TEMPERATURE_MAX):
             raise UserError(f"--temperature must be between 0 and {TEMPERATURE_MAX:g} (0 = greedy), "

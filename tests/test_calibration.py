@@ -130,6 +130,22 @@ def test_a_calibration_every_pass_beats_is_written_back_at_the_live_level() -> N
     assert "× 0.40 live" in stored.measured[2]
 
 
+def test_the_figures_as_measured_stay_as_they_were_measured(tmp_path: Path) -> None:
+    """What a seeded request prices on: live passes never change them, the file keeps them, and a file written
+    before they were kept gives its figures as read."""
+    measured = {1: 0.05, 2: 0.10, 3: 0.12}
+    stored = Calibration(dict(measured), dict.fromkeys(measured, "calibration"), "cpu", path=tmp_path / "c.json")
+    assert stored.improve(live(stored.seconds, {1: [0.02] * 12})) == [1, 2, 3]
+    assert stored.as_measured == measured and stored.save()
+    read = Calibration.read(stored.path)
+    assert read is not None and read.as_measured == measured and read.seconds == stored.seconds
+    data = json.loads(stored.path.read_text())
+    del data["as_measured_by_batch"]
+    stored.path.write_text(json.dumps(data))
+    older = Calibration.read(stored.path)
+    assert older is not None and older.as_measured == older.seconds == stored.seconds
+
+
 def test_a_damaged_cache_is_measured_anew(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     for text in ("{oops", '{"seconds_by_batch": {}}', '{"seconds_by_batch": {"2": 0.1}}',

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -123,18 +124,34 @@ def test_no_calibration_learns_from_the_first_pass() -> None:
     assert costs.known() and costs(1) == 0.02
 
 
-def draft_lengths(slow_pass: int | None) -> list[int]:
-    """A lookup copying a passage, 60 steps; the pass numbered ``slow_pass`` takes 20 times as long."""
-    p = policy()
+def draft_lengths(slow_pass: int | None, *, reproducible: bool = False,
+                  seconds: Callable[[int, int], float] | None = None) -> list[int]:
+    """A lookup copying a passage, 60 steps; the pass numbered ``slow_pass`` takes 20 times as long (``seconds``:
+    what the pass numbered i of n rows takes instead)."""
+    p = policy(reproducible=reproducible)
     pos, lengths = 0, []
     for i in range(60):
         truth = (PASSAGE * 20)[pos:]
         draft = p.trim(Draft(truth[:16], None, "ngram", "ngram/4+"), LOOKUP)
         k = len(draft)
-        p.observe(draft if k else Draft(), k, 0.0, COSTS[k + 1] * (20 if i == slow_pass else 1), truth[: k + 1])
+        took = seconds(i, k + 1) if seconds is not None else COSTS[k + 1] * (20 if i == slow_pass else 1)
+        p.observe(draft if k else Draft(), k, 0.0, took, truth[: k + 1])
         pos += k + 1
         lengths.append(k)
     return lengths
+
+
+def test_a_seeded_request_s_draft_lengths_follow_no_live_timing() -> None:
+    """Sampled with a seed, the policy prices on the measured figures alone, so its passes are the sizes they were
+    on the last run whatever the passes took now (a pass's size moves llama.cpp's logits, and so the text)."""
+    def dear_long_passes(i: int, n: int) -> float:  # another program took the machine: long passes cost 3x
+        return COSTS[n] * (3 if n > 4 else 1)
+
+    calm = draft_lengths(None, reproducible=True)
+    assert draft_lengths(None, reproducible=True, seconds=dear_long_passes) == calm
+    assert draft_lengths(3, reproducible=True) == calm
+    assert calm == draft_lengths(None)  # priced on the same figures, a quiet machine drafts as it always did
+    assert draft_lengths(None, seconds=dear_long_passes) != calm  # unseeded: follows the machine, as it should
 
 
 @pytest.mark.parametrize("slow_pass", [0, 1, 5, 20])
@@ -151,3 +168,20 @@ def test_pass_costs_survive_a_reset_of_what_drafts_taught() -> None:
         p.observe(Draft(), 0, 0.0, COSTS[1] / 2, [1])
     p.reset()
     assert p.costs(1) == pytest.approx(COSTS[1] / 2)
+
+
+def test_a_seeded_request_does_not_learn_a_draft_model_s_cost_live() -> None:
+    def k_after(reproducible: bool) -> tuple[int, int]:
+        p = policy(reproducible=reproducible)
+        p.calibrate_drafter("draft", 0.001)
+        draft = Draft([1, 2, 3, 4], None, "draft", "draft")
+        for _ in range(10):  # a draft model that is always right, at its calibrated cost
+            p.observe(draft, 4, 0.004, COSTS[5], [1, 2, 3, 4, 5])
+        before = p.best_k("draft", "draft")
+        for _ in range(5):  # then drafting takes a second a token: the machine is busy
+            p.observe(draft, 4, 4.0, COSTS[5], [1, 2, 3, 4, 5])
+        return before, p.best_k("draft", "draft")
+
+    seeded, unseeded = k_after(True), k_after(False)
+    assert seeded[0] == seeded[1] > 0
+    assert unseeded[0] > unseeded[1]

@@ -4,8 +4,9 @@
     for r in localspec.generate_many(["Summarise: ...", "Translate: ..."], max_tokens=128):
         print(r.id, r.text, r.stats.tokens_per_second)
 
-Every prompt's text is what `localspec run` gives it alone (greedy up to numerical near-ties; sampled with a seed
-exactly), while the prompts share the target's passes.
+Greedy, every prompt's text is what `localspec run` gives it alone (up to numerical near-ties), while the prompts
+share the target's passes; sampled with ``seed=``, the same call gives the same texts again (not run's alone:
+docs/speculation.md, "What a seed promises").
 """
 
 from __future__ import annotations

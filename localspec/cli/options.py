@@ -87,10 +87,12 @@ OPTIONS: tuple[Opt, ...] = (
         _GENERATE),
     Opt("min_p", ("--min-p",), float, 0.05, "Drop tokens below min-p × the likeliest (0 = off).", "Sampling",
         "sampling.min_p", _GENERATE),
-    Opt("seed", ("--seed",), int | None, None, "Seed for sampling. The same seed, options and model on the same "
-        "machine give the same text when the draft lengths are fixed (--k N, or --drafter none); adaptive lengths "
-        "follow live timings, so a near-tie can rarely go the other way (batch numerics).", "Sampling",
-        "sampling.seed", _GENERATE),
+    Opt("seed", ("--seed",), int | None, None, "Seed for sampling (--temperature > 0). The same command with the "
+        "same seed gives the same text every time on the same machine and build, history on or off: its draft "
+        "lengths follow this machine's measured pass costs, not live timings, and it drafts from its own text, not "
+        "from earlier requests. Not promised: on another machine, build or --threads, after the pass costs are "
+        "measured again, with another drafter or --k, nor in a batch against alone (docs/speculation.md).",
+        "Sampling", "sampling.seed", _GENERATE),
     Opt("stop", ("--stop",), list[str] | None, None, "Stop when this text appears (repeatable); it is not printed.",
         "Sampling", "generation.stop", _GENERATE),
     Opt("ctx", ("--ctx",), int, 4096, "Context size in tokens.", "Runtime", "runtime.n_ctx", _DEVICE),

@@ -56,12 +56,20 @@ class Calibration:
     provisional: str = ""  # why the figures may be too high ("": measured on a quiet machine)
     attempts: int = 1  # measurements so far that came out provisional, plus one
     path: Path | None = field(default=None, compare=False)
+    # the figures as the last measurement took them, which live passes never change (``improve`` leaves them): a
+    # seeded sampled request prices on these, so its pass sizes do not follow what earlier runs wrote back
+    as_measured: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.as_measured:  # a file written before they were kept: its figures as read stand for them
+            self.as_measured = dict(self.seconds)
 
     def to_json(self) -> str:
         return json.dumps({
             "format": 2, "device": self.device, "provisional": self.provisional, "attempts": self.attempts,
             "seconds_by_batch": {str(n): s for n, s in sorted(self.seconds.items())},
             "measured": {str(n): m for n, m in sorted(self.measured.items())},
+            "as_measured_by_batch": {str(n): s for n, s in sorted(self.as_measured.items())},
         }, indent=1)
 
     @classmethod
@@ -71,10 +79,13 @@ class Calibration:
             data = json.loads(path.read_text(encoding="utf-8"))
             seconds = {int(n): float(s) for n, s in data["seconds_by_batch"].items()}
             measured = {int(n): str(m) for n, m in data.get("measured", {}).items()}
+            as_measured = {int(n): float(s) for n, s in data.get("as_measured_by_batch", {}).items()}
             if not seconds or sorted(seconds) != list(range(1, len(seconds) + 1)) or min(seconds.values()) <= 0:
                 return None  # damaged: measured anew
+            if as_measured and (sorted(as_measured) != sorted(seconds) or min(as_measured.values()) <= 0):
+                as_measured = {}  # damaged: the figures as read stand for them
             return cls(seconds, measured, str(data.get("device", "")), str(data.get("provisional", "")),
-                       int(data.get("attempts", 1)), path)
+                       int(data.get("attempts", 1)), path, as_measured)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -158,10 +169,12 @@ class Reads:
 def choose_reads(
     ctx: Context, model_hash: str, device: Device, n_max: int, *, rounds: int = 3,
     again: bool = False, say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
+    settle: bool = False,
 ) -> Reads | None:
     """Read greedy passes the cheaper way on this device (cached like the pass costs; timed once, in a second or
     two; ``again``: timed now): turns the context's backend sampler on or off (``Context.use_backend_sampler``).
-    None where there is no choice (no backend sampler)."""
+    None where there is no choice (no backend sampler). ``settle``: cached even if the machine was busy (the choice
+    names the pass-cost file a batch prices on, which a seeded job must not change from one start to the next)."""
     if not ctx.can_sample or n_max < 1 or not ctx.model.can_rollback:  # timing rolls each pass back
         return None
     path = cache_path(model_hash, device, n_max, "reads")
@@ -173,7 +186,7 @@ def choose_reads(
         reads = _time_reads(ctx, n_max, rounds, cancelled, steady=device.graphs)
         others = load.cores()
         # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
-        if others is None or others < _BUSY_CORES:
+        if settle or others is None or others < _BUSY_CORES:
             with contextlib.suppress(OSError):
                 atomic_write_text(path, json.dumps({"ids": reads.ids, "measured": reads.measured, "seconds": {
                     how: {str(n): t for n, t in by_n.items()} for how, by_n in reads.seconds.items()}}, indent=1))

@@ -55,6 +55,9 @@ class PassCosts:
     # no more tokens a second and waited a second longer for first tokens (docs/performance-notes.md at
     # 1a3f1f9, "Pass shapes, continued")
     wide_slope: bool = False
+    # priced on ``calibrated`` alone, never corrected by live passes (``update`` does nothing): what a seeded sampled
+    # request prices on, so that its pass sizes, which move llama.cpp's logits, are the same run after run
+    frozen: bool = False
     # size → (pass number, the level then, seconds)
     _passes: dict[int, deque[tuple[int, float, float]]] = field(default_factory=dict)
     _ratios: deque[tuple[bool, float]] = field(default_factory=lambda: deque(maxlen=LEVEL_WINDOW))
@@ -67,6 +70,8 @@ class PassCosts:
     _span: int = 17  # ... as far as any call has asked (a batch asks for its whole pass: hundreds of rows)
 
     def update(self, n: int, seconds: float) -> None:
+        if self.frozen:
+            return
         self._count += 1
         bare = self.calibrated.get(n)
         if bare:

@@ -49,9 +49,12 @@ class DraftPolicy:
 
     def __init__(
         self, k_max: int = 16, fixed: int | None = None, branches: int = 1, costs: PassCosts | None = None,
-        shapes: Shapes | None = None, shared: dict[str, Survival] | None = None,
+        shapes: Shapes | None = None, shared: dict[str, Survival] | None = None, reproducible: bool = False,
     ) -> None:
         self.k_max = k_max
+        # a seeded sampled request's: nothing measured live (a pass's seconds, a drafted token's) steers its draft
+        # lengths, so they are the same run after run (its ``costs`` come frozen: PassCosts.frozen)
+        self.reproducible = reproducible
         self.fixed = fixed
         self.branches = branches  # the most candidates a lookup may offer, verified together as a token tree
         # the device's pass sizes (a GPU's CUDA graphs): lookup drafts are then verified in passes of one kept size,
@@ -305,8 +308,9 @@ class DraftPolicy:
         return bool(self.costs.calibrated)
 
     def calibrate(self, verify_seconds: Mapping[int, float]) -> None:
-        """Seed the pass-cost curve with measured seconds per batch size; every pass keeps correcting it."""
-        self.costs = PassCosts(dict(verify_seconds))
+        """Seed the pass-cost curve with measured seconds per batch size; every pass keeps correcting it (not a
+        reproducible policy's: it prices on these figures alone)."""
+        self.costs = PassCosts(dict(verify_seconds), frozen=self.reproducible)
 
     def _rate(self, tokens: float, rows: int, draft_seconds: float = 0.0) -> float:
         """Tokens per second of the whole pass when this sequence adds ``rows`` rows expected to emit ``tokens``."""
@@ -375,7 +379,7 @@ class DraftPolicy:
         self._proposal, self._step_depth = [], None  # the step is over: nothing of it pads the next one
         self._watched = [w for w in self._watched if not w.advance(emitted)]
         # a lookup costs about the same whatever its length (tens of µs): only a model drafter pays per token
-        if drafted and drafter in self._drafter_calibration:
+        if drafted and drafter in self._drafter_calibration and not self.reproducible:
             per_token = draft_seconds / drafted
             old = self._draft_cost.get(drafter)
             self._draft_cost[drafter] = per_token if old is None else DECAY * old + (1 - DECAY) * per_token

@@ -306,9 +306,12 @@ class Scheduler:
         the sequences' proposals (rows with a chance), then filler spread evenly. Returns the rows."""
         last = self._size
         sizes = {rows, shapes.size_for(rows), *([last] if last >= rows else [])}
+        # seeded sampled sequences alone: priced as they price their drafts (frozen), not on live timings
+        frozen = all(f.generator.policy.reproducible for f in planned)
+        costs = planned[0].generator.policy.costs if frozen else self.costs
 
         def price(size: int) -> float:
-            return self.costs(size) + (0.0 if size == last else shapes.change_cost(size))
+            return costs(size) + (0.0 if size == last else shapes.change_cost(size))
 
         size = min((s for s in sizes if s <= self.lanes.max_rows), key=lambda s: (price(s), s), default=rows)
         self._size = rows
