@@ -95,7 +95,7 @@ BAD_LINES = [
     ('{"id": "x", "messages": "hi"}', "x", "messages must be a non-empty list"),
     ('{"id": "x", "messages": []}', "x", "messages must be a non-empty list"),
     ('{"id": "x", "messages": ["hi"]}', "x", "role"),
-    ('{"id": "x", "messages": [{"role": "tool", "content": "m"}]}', "x", "role"),
+    ('{"id": "x", "messages": [{"role": "tool", "content": "m"}]}', "x", "tool_call_id"),
     ('{"id": "x", "messages": [{"role": "user", "content": 3}]}', "x", "content must be a string"),
     ('{"id": "x", "messages": [{"role": "user"}]}', "x", "content must be a string"),
     ('{"id": "x", "prompt": "p", "temperature": 5.01}', "x", "temperature must be between 0 and 5"),

@@ -14,8 +14,9 @@ import pytest
 from localspec.cli.options import build_options
 from localspec.engine import Context, Device, Model
 from localspec.engine.backend import describe_device, gpu_offload_supported
+from localspec.opening import NO_GPU_OFFLOAD
 from localspec.paths import cache_dir
-from localspec.runtime import NO_GPU_OFFLOAD, Runtime
+from localspec.runtime import Runtime
 from localspec.settings import RuntimeSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import load_or_measure
 from tests.conftest import localspec

@@ -84,12 +84,11 @@ def test_what_the_two_now_agree_on() -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("tools", [{"type": "function", "function": {"name": "f"}}]),
-    ("tool_choice", "auto"),
+    ("tools", {"type": "function", "function": {"name": "f"}}),  # one tool, not a list
+    ("tool_choice", "required"),  # with no tools to call
     ("functions", [{"name": "f"}]),
     ("function_call", "auto"),
-    ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {}}),
+    ("response_format", "json"),
     ("presence_penalty", 0.5),
     ("frequency_penalty", -1),
     ("logit_bias", {"42": 100}),

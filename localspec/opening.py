@@ -1,0 +1,187 @@
+"""What every runtime opens first: the target model, its prompts (plain, chat, tools), the lookup drafters and the
+history of earlier requests. runtime.py's Runtime (one sequence) and BatchRuntime (lanes) both start here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from localspec._native import has_gpu_backend
+from localspec.drafters.base import Drafter
+from localspec.drafters.early_exit import default_exit_layer, early_exit_model
+from localspec.drafters.model import ModelDrafter, check_compatible
+from localspec.drafters.ngram import NgramDrafter
+from localspec.engine import ChatTemplate, Context, Device, Message, Model
+from localspec.engine.backend import gpu_offload_supported
+from localspec.errors import UserError
+from localspec.history import History, HistoryView
+from localspec.models.files import known_sha256
+from localspec.models.files import say as to_stderr
+from localspec.sampling import make_rng
+from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from localspec.speculative.calibrate import load_or_measure
+from localspec.speculative.policy import DraftPolicy
+from localspec.structured import ConstraintSpec
+from localspec.structured.grammars import Grammars
+from localspec.structured.tool_prompt import tool_calls, tool_prompt
+from localspec.structured.tools import Calls, ToolUse
+
+NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
+NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device or driver): running on the CPU"
+
+def resolve(spec: str | None) -> tuple[str, Path]:
+    """A model name from models.toml, or a path, → (display name, file)."""
+    from localspec.models.registry import resolve_model
+
+    resolved = resolve_model(spec)
+    return resolved.name, resolved.path
+
+
+class Prompts:
+    """Turning text into the target's prompt tokens: what every runtime offers its faces."""
+
+    model: Model
+    chat_template: ChatTemplate
+    grammars: Grammars | None
+
+    def prompt_tokens(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
+        """A plain prompt may name special tokens ("<start_of_turn>"), as in llama.cpp; a chat message may not."""
+        if chat:
+            tokens = self.chat_tokens(([Message("system", system)] if system else []) + [Message("user", prompt)])
+        else:
+            tokens = self.model.vocab.tokenize(prompt, add_special=True, parse_special=True)
+        if not tokens:
+            raise UserError("the prompt is empty: pass some text (or - to read it from stdin)")
+        return tokens
+
+    def chat_tokens(self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+        """A conversation in the chat template, ready for the model's answer; the messages' text stays text.
+        ``tools``: OpenAI tool dicts, shown to the model as its template shows them."""
+        return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True, tools=tools)
+
+    def tool_prompt(self, messages: list[Message], use: ToolUse) -> tuple[list[int], ConstraintSpec]:
+        """A conversation with tools: its tokens, and the constraint of the answer's calls (structured/)."""
+        return tool_prompt(self.chat_template, self.model.vocab, messages, use)
+
+    def tool_calls(self, text: str, use: ToolUse) -> Calls:
+        """The tool calls in an answer, each valid for its tool; none where the answer is text."""
+        return tool_calls(self.grammars, text, use)
+
+
+def never() -> bool:
+    return False
+
+
+def open_target(
+    settings: Settings, stack: ExitStack, cancelled: Callable[[], bool] | None
+) -> tuple[str, Path, Model, list[str]]:
+    """The target model, loaded into ``stack``: its name, file, Model, and what the user should know about it."""
+    runtime = settings.runtime
+    name, path = resolve(settings.model)
+    notices: list[str] = []
+    if runtime.n_gpu_layers and not runtime.rpc and not gpu_offload_supported():  # llama.cpp would use the CPU
+        notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)
+    if not runtime.rpc:
+        model = stack.enter_context(Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose,
+                                          cancelled=cancelled))
+        return name, path, model, notices
+    from localspec.endpoints import parse_endpoints
+    from localspec.engine import rpc, rpc_watch
+
+    # checked and registered before llama.cpp sees them: it aborts on a server it cannot reach
+    endpoints = parse_endpoints(list(runtime.rpc))
+    rpc_watch.limits()  # a bad value is one line now, not after the layers went over the network
+    devices = rpc.devices(endpoints)
+    with rpc.sending(f"{path.name}'s layers"):
+        model = stack.enter_context(
+            Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled,
+                  devices=devices, tensor_split=runtime.tensor_split, remote=",".join(runtime.rpc))
+        )
+    rpc_watch.watch_connections(endpoints)
+    return name, path, model, notices
+
+
+def lookup_drafters(kind: str, history: HistoryView | None = None) -> list[Drafter] | None:
+    """The drafters of ``kind`` that need no model, in the order the loop asks them; None if ``kind`` needs one
+    (``auto`` without a draft model is n-gram lookup alone). ``history``: earlier requests the lookup searches too."""
+    if kind == "none":
+        return []
+    return [NgramDrafter(history=history)] if kind in ("ngram", "auto") else None
+
+
+def drafts_from(view: HistoryView | None, sampling: SamplingSettings) -> HistoryView | None:
+    """The history a lookup drafts from: none for a seeded sampled request, whose drafts (and so pass sizes, which
+    move llama.cpp's logits) must not follow what the runs before it wrote; it still feeds the history."""
+    return None if sampling.reproducible else view
+
+
+def open_history(
+    settings: Settings, path: Path, default: str, notices: list[str], n_vocab: int | None = None,
+) -> History | None:
+    """The model's history as the settings want it (``default``: the face's): on disk in the cache folder, in
+    memory, or None (off); a file that could not be used adds its one-line notice."""
+    mode = settings.history.resolved(default)
+    if mode == "off":
+        return None
+    from localspec.history.disk import history_path
+
+    sha = known_sha256(path)
+    history = History.open(sha, history_path(sha) if mode == "disk" else None, settings.history.max_tokens, n_vocab)
+    notices.extend(history.notices)
+    history.notices.clear()
+    return history
+
+
+def save_history(history: History | None, say: Callable[[str], None] | None = None) -> bool:
+    """Save ``history`` where it is kept on disk; whatever went wrong (a full disk, a folder made read-only) is
+    said in one line (``say``, else stderr), never dropped: the user would think the requests kept."""
+    if history is None:
+        return True
+    saved = history.save()
+    for notice in history.notices:
+        (say or to_stderr)(notice)
+    history.notices.clear()
+    return saved
+
+
+def open_drafters(
+    kind: str,
+    target: Model,
+    speculation: SpeculationSettings,
+    sampling: SamplingSettings,
+    runtime: RuntimeSettings,
+    policy: DraftPolicy,
+    stack: ExitStack,
+    cancelled: Callable[[], bool] | None = None,
+    say: Callable[[str], None] | None = None,
+    history: HistoryView | None = None,
+) -> list[Drafter]:
+    """The drafters for ``--drafter kind``; ``auto`` is a cascade: n-gram lookup, then the draft model if any."""
+    if not (kind in ("draft", "early-exit") or (kind == "auto" and speculation.draft_model)):
+        drafters = lookup_drafters(kind, history)
+        if drafters is None:
+            raise UserError(f"unknown drafter {kind!r}")
+        return drafters
+    rng = make_rng(None if sampling.seed is None else sampling.seed + 1)
+
+    def model_drafter(path: Path, name: str) -> ModelDrafter:
+        draft = stack.enter_context(
+            Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
+        )
+        check_compatible(target, draft)
+        ctx = stack.enter_context(
+            Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
+        )
+        if speculation.k is None:  # the policy should know what a drafted token costs before trying
+            costs = load_or_measure(ctx, known_sha256(path), Device.of(draft, runtime.threads()), 1, say=say,
+                                    cancelled=cancelled, retry=not sampling.reproducible)
+            policy.calibrate_drafter(name, costs.seconds[1])
+        return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
+
+    if kind == "early-exit":
+        layer = speculation.exit_layer or default_exit_layer(target.n_layer)
+        return [model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")]
+    model = model_drafter(resolve(speculation.draft_model)[1], "draft")
+    return [NgramDrafter(history=history), model] if kind == "auto" else [model]
