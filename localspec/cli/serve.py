@@ -148,6 +148,8 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | N
         raise
     for notice in rt.notices:
         _say(notice)
+    if rt.grammars is not None:  # structured output's tokenizer now, not in the first such client's time
+        worker.call(rt.grammars.prepare)
     service = Service(rt, worker)
     names = tuple(dict.fromkeys(n for n in (rt.model_name, profile, "default") if n))
     application = create_app(service, Limits(key, max_body, queue_timeout), names)

@@ -134,7 +134,10 @@ class Generator:
         if self.drafters:  # a device with pass shapes verifies a draft padded up to the size it keeps
             # under a grammar, one size throughout: forced tokens come and go, and each change of size costs a
             # CUDA graph's warm-up (docs/structured.md)
-            depth = CONSTRAINED_DEPTH if self.constraint is not None and self.policy.shapes.active else None
+            # (one sequence: in a batch the scheduler sizes the pass for every lane at once)
+            policy = self.policy
+            depth = CONSTRAINED_DEPTH if self.constraint is not None and policy.shapes.active and not policy.in_batch \
+                else None
             draft = self.policy.pad(draft, history, room, depth)
         return self._laid_out(draft, history)
 

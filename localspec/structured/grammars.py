@@ -33,6 +33,11 @@ class Grammars:
         self._matchers: dict[ConstraintSpec, object] = {}  # a compiled matcher per spec, copied for each request
         self.tokenizer_seconds = 0.0
 
+    def prepare(self) -> None:
+        """Build the tokenizer now (seconds), not at the first constrained request: a server's first such client
+        would wait for it."""
+        self._tokenizer_built()
+
     def start(self, spec: ConstraintSpec) -> Constraint:
         """A fresh constraint for one generation; ConstraintError where the spec cannot be used with this model."""
         from llguidance import LLMatcher
