@@ -93,3 +93,24 @@ def test_api_answers_chat_messages_on_the_target() -> None:
     (result,) = api.generate_many([prompt], model=TARGET, drafter="ngram", max_tokens=4, ctx=512, parallel=1,
                                   keep_history=False)
     assert result.error is None and "Rome" in result.text, result
+
+
+@pytest.mark.slow
+def test_tool_calls_through_the_models_own_template() -> None:
+    """Qwen's template shows the tools and asks for <tool_call>: required constrains the answer to one of them;
+    auto leaves it free until the <tool_call> token, and the call read back is valid for its tool."""
+    from localspec import generate
+
+    pair = _pair()
+    assert pair is not None
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                         "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+    ask = [{"role": "user", "content": "What is the weather in Paris, in celsius? Use a tool."}]
+    for choice in ("required", "auto"):
+        result = generate({"messages": ask, "tools": [weather], "tool_choice": choice, "max_tokens": 48},
+                          model=str(pair[1]), drafter="ngram", keep_history=False, parallel=1)
+        assert result.finish_reason == "tool_calls", (choice, result.text)
+        call = result.tool_calls[0]["function"]
+        assert call["name"] == "get_weather" and json.loads(call["arguments"])["unit"] in ("celsius", "fahrenheit")
