@@ -324,3 +324,14 @@ def test_tool_choice_and_the_calls_read_out_of_an_answer() -> None:
     assert read_calls('{"name": "get_weather", "arguments": {"city": "A", "unit": "k"}}', use, ok).calls == ()
     assert read_calls('{"name": "send_mail", "arguments": {}}', use, ok).calls == ()
     assert read_calls("The weather is fine.", use, ok).calls == ()
+
+
+def test_run_answers_under_a_schema_file_and_counts_the_forced_tokens(tmp_path: Path, model_path: Path) -> None:
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps(PERSON))
+    result = runner.invoke(app, ["run", PAIRS[0][1], "--model", str(model_path), "--json-schema", str(schema),
+                                 "--json", "-n", str(MAX_TOKENS), "--ctx", "1024", "--drafter", "ngram"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert set(json.loads(doc["text"])) == set(PERSON["required"])
+    assert doc["stats"]["forced_drafted"] > 0 and doc["stats"]["stop_reason"] == "eog"
