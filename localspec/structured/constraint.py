@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -58,10 +59,6 @@ class Constraint:
         """The grammar is complete: nothing but the end may follow (or it is in error)."""
         return self.active and bool(self.matcher.is_stopped())
 
-    @property
-    def error(self) -> str:
-        return str(self.matcher.get_error()) if self.matcher.is_error() else ""
-
     # -- propose: forced tokens, and drafts cut where the grammar forbids them --
 
     def propose(self, history: list[int], room: int, drafts: Callable[[list[int], int], Draft]) -> Draft:
@@ -70,7 +67,7 @@ class Constraint:
         distribution its tokens were drawn from, so they are verified as one-hot proposals (exact either way)."""
         if not self.active:  # free text until a trigger: the drafts as they are, verified one-hot
             draft = drafts(history, room)
-            return Draft(draft.tokens, None, draft.drafter, draft.kind) if draft.dists else draft
+            return replace(draft, dists=None) if draft.dists else draft
         t0 = time.perf_counter()
         matcher = self.matcher
         forced = list(matcher.compute_ff_tokens())[:room] if room > 0 else []
@@ -84,7 +81,7 @@ class Constraint:
             matcher.rollback(len(forced))
         self.seconds += (t1 - t0) + (time.perf_counter() - t2)
         if not forced:
-            return Draft(rest.tokens[:n], None, rest.drafter, rest.kind) if n < len(rest) or rest.dists else rest
+            return replace(rest, tokens=rest.tokens[:n], dists=None) if n < len(rest) or rest.dists else rest
         kind = f"forced+{rest.kind}" if n else "forced"
         return Draft([*forced, *rest.tokens[:n]], None, rest.drafter if n else "forced", kind, forced=len(forced))
 
