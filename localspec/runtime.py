@@ -117,14 +117,14 @@ class Runtime(Prompts):
             drafters = open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled,
                                       say, drafts_from(view, sampling))
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
-            generator.grammars = Grammars(target.vocab, say)
+            grammars = generator.grammars = Grammars(target.vocab, say)
             if view is not None:
                 generator.on_end = view.feed
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
                      settings, device, notices, stack, say=say, history=history)
             rt._drafters[drafter_name] = drafters
             rt.reads = reads
-            rt.grammars = generator.grammars
+            rt.grammars = grammars
             if drafters:
                 rt._calibrate(cancelled)
             if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating

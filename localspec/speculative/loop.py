@@ -130,15 +130,16 @@ class Generator:
 
     def plan(self, history: list[int], room: int) -> Plan:
         """Propose: ask the drafters, and lay the draft out as the rows one pass verifies."""
+        # under a grammar on a device with pass shapes, one size throughout: forced tokens come and go, and each
+        # change of size costs a CUDA graph's warm-up (docs/structured.md). One sequence only: in a batch the
+        # scheduler sizes the pass for every lane at once
+        policy = self.policy
+        depth = None
+        if self.constraint is not None and policy.shapes.active and not policy.in_batch:
+            room = depth = min(room, CONSTRAINED_DEPTH)
         draft = self._propose(history, room)
         if self.drafters:  # a device with pass shapes verifies a draft padded up to the size it keeps
-            # under a grammar, one size throughout: forced tokens come and go, and each change of size costs a
-            # CUDA graph's warm-up (docs/structured.md)
-            # (one sequence: in a batch the scheduler sizes the pass for every lane at once)
-            policy = self.policy
-            depth = CONSTRAINED_DEPTH if self.constraint is not None and policy.shapes.active and not policy.in_batch \
-                else None
-            draft = self.policy.pad(draft, history, room, depth)
+            draft = policy.pad(draft, history, room, depth)
         return self._laid_out(draft, history)
 
     def widen(self, plan: Plan, history: list[int], depth: int, room: int) -> Plan:
@@ -290,14 +291,15 @@ class Generator:
         run.history.extend(t.id for t in event.emitted)
         verified = max(1, len(result.draft.candidates))
         for drafter in self.drafters:
-            drafter.accept(run.history, len(event.accepted), verified)
+            # a grammar's forced tokens led the draft: the drafter's own proposal began after them
+            drafter.accept(run.history, max(0, len(event.accepted) - result.draft.forced), verified)
         run.stats.add_step(event)
         if ended:
             run.reason = ended
         constraint = self.constraint
         if constraint is not None:
             run.stats.grammar_seconds = constraint.seconds
-            if constraint.dead_end:
+            if constraint.dead_end or constraint.failed:
                 run.reason = "dead_end"
             elif constraint.done and not run.reason:  # complete: only the end may follow, so end without a pass
                 run.reason = "eog"

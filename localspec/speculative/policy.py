@@ -196,8 +196,6 @@ class DraftPolicy:
             depth = self._step_depth if self._step_depth is not None else self._depth()
         self._proposal, self._step_depth = [], None
         depth = min(depth, room)
-        if draft.forced and len(draft) > depth:  # forced tokens lead a lookup that was trimmed to the size alone
-            return draft.trimmed(depth)
         if draft.dists is not None or draft.others or len(draft) >= depth:
             return draft
         tokens = pad(draft.tokens, proposal, history, depth)

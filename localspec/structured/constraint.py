@@ -55,6 +55,11 @@ class Constraint:
         self.dead_end = False  # no token was allowed: the grammar cannot go on
 
     @property
+    def failed(self) -> bool:
+        """The matcher is in error (it took a token it should not have): the answer ends there, as a dead end."""
+        return self.active and bool(self.matcher.is_error())
+
+    @property
     def done(self) -> bool:
         """The grammar is complete: nothing but the end may follow (or it is in error)."""
         return self.active and bool(self.matcher.is_stopped())
@@ -151,9 +156,13 @@ class Constraint:
         return accepting
 
     def _allowed_ids(self) -> np.ndarray:
-        """The ids the grammar allows next, ascending. Where the argmax is forbidden the grammar usually allows few
-        tokens (a brace, a quote, digits): then only the mask's non-zero words are expanded."""
+        """The ids the grammar allows next, ascending."""
         self._fill_mask()
+        return self._expand()
+
+    def _expand(self) -> np.ndarray:
+        """The mask just filled, as ascending ids. Where the argmax is forbidden the grammar usually allows few
+        tokens (a brace, a quote, digits): then only the mask's non-zero words are expanded."""
         words = np.flatnonzero(self._mask)
         if len(words) > _SPARSE_WORDS:
             return np.flatnonzero(np.unpackbits(self._mask.view(np.uint8), bitorder="little")[: self.n_vocab])
@@ -181,7 +190,7 @@ class Constraint:
                 ids = ids[np.argpartition(row[ids], len(ids) - s.top_k)[len(ids) - s.top_k:]]
                 return shape_candidates(ids, row[ids], s)
         t0 = time.perf_counter()
-        ids = self._allowed_ids()
+        ids = self._expand() if 0 < s.top_k < n else self._allowed_ids()  # top-k filled the mask already
         self.seconds += time.perf_counter() - t0
         if not len(ids):
             return Distribution.one_hot(self._stuck())

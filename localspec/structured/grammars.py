@@ -56,14 +56,10 @@ class Grammars:
     def matches(self, schema: Mapping[str, Any], value: Any) -> bool:
         """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (compact,
         properties in the schema's order) and run through it."""
-        from llguidance import LLMatcher
-
-        spec = ConstraintSpec.json_schema(schema)
         try:
-            grammar = spec.grammar()
+            matcher = self.start(ConstraintSpec.json_schema(schema)).matcher  # compiled once per schema
         except ConstraintError:
             return False
-        matcher = LLMatcher(self._tokenizer_built(), grammar, log_level=0)
         text = json.dumps(_in_order(value, schema), ensure_ascii=False, separators=(",", ":"))
         tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
         return bool(matcher.consume_tokens(tokens) and matcher.is_accepting())
