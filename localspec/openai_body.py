@@ -312,8 +312,8 @@ def _tools(data: Mapping[str, Any], kind: Kind) -> ToolUse | None:
 def _drafter(value: Any) -> str | None:
     if value is not None and value not in MODEL_FREE_DRAFTERS:  # many sequences share one pass
         raise BodyError("speculation.drafter", f"speculation.drafter must be {', '.join(MODEL_FREE_DRAFTERS[:-1])} "
-                                               f"or {MODEL_FREE_DRAFTERS[-1]} (n-gram lookup: a draft model would "
-                                               "need a context per sequence)")
+                                               f"or {MODEL_FREE_DRAFTERS[-1]} (auto: n-gram lookup, then the "
+                                               "server's draft model if it has one)")
     return value
 
 

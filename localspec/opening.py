@@ -15,6 +15,7 @@ from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Device, Message, Model
 from localspec.engine.backend import gpu_offload_supported
+from localspec.engine.lanes import Lanes
 from localspec.errors import UserError
 from localspec.history import History, HistoryView
 from localspec.models.files import known_sha256
@@ -22,6 +23,7 @@ from localspec.models.files import say as to_stderr
 from localspec.sampling import make_rng
 from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import load_or_measure
+from localspec.speculative.draft_phase import DraftPhase
 from localspec.speculative.policy import DraftPolicy
 from localspec.structured import ConstraintSpec
 from localspec.structured.grammars import Grammars
@@ -146,6 +148,50 @@ def save_history(history: History | None, say: Callable[[str], None] | None = No
     return saved
 
 
+def model_draft(kind: str, speculation: SpeculationSettings, target: Model) -> tuple[Path, str] | None:
+    """The GGUF a model drafter of ``kind`` drafts with, and the drafter's name; None where ``kind`` only looks
+    things up (``auto`` without a draft model)."""
+    if kind == "early-exit":
+        layer = speculation.exit_layer or default_exit_layer(target.n_layer)
+        return early_exit_model(target.path, layer, target.n_layer), "early-exit"
+    if kind == "draft" or (kind == "auto" and speculation.draft_model):
+        return resolve(speculation.draft_model)[1], "draft"
+    return None
+
+
+def open_draft_model(
+    path: Path, target: Model, runtime: RuntimeSettings, stack: ExitStack, cancelled: Callable[[], bool] | None,
+) -> Model:
+    draft = stack.enter_context(
+        Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
+    )
+    check_compatible(target, draft)
+    return draft
+
+
+def open_draft_phase(
+    path: Path, name: str, target: Model, parallel: int, n_max: int, runtime: RuntimeSettings, stack: ExitStack, *,
+    priced: bool = True, say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
+    retry: bool = True,
+) -> DraftPhase:
+    """A batch's draft model: a lane per target lane, and what a drafted token costs when they all draft at once
+    (measured once per machine on a probe context, as the target's pass costs are; not where k is pinned:
+    ``priced``)."""
+    draft = open_draft_model(path, target, runtime, stack, cancelled)
+    token_seconds = 0.0
+    if priced:
+        with Context(draft, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
+                     greedy_rows=n_max) as probe:
+            costs = load_or_measure(probe, known_sha256(path), Device.of(draft, runtime.threads()), n_max, say=say,
+                                    cancelled=cancelled, retry=retry)
+        rows = min(parallel, n_max)
+        token_seconds = costs.seconds[rows] / rows
+    lanes = stack.enter_context(Lanes(draft, parallel, n_ctx=runtime.n_ctx, n_threads=runtime.threads(),
+                                      n_batch=runtime.n_batch, max_rows=parallel))
+    lanes.context.use_backend_sampler(False)  # drafts read logits: q for sampled lanes, p_min for all
+    return DraftPhase(lanes, name=name, token_seconds=token_seconds)
+
+
 def open_drafters(
     kind: str,
     target: Model,
@@ -159,29 +205,19 @@ def open_drafters(
     history: HistoryView | None = None,
 ) -> list[Drafter]:
     """The drafters for ``--drafter kind``; ``auto`` is a cascade: n-gram lookup, then the draft model if any."""
-    if not (kind in ("draft", "early-exit") or (kind == "auto" and speculation.draft_model)):
+    drafted = model_draft(kind, speculation, target)
+    if drafted is None:
         drafters = lookup_drafters(kind, history)
         if drafters is None:
             raise UserError(f"unknown drafter {kind!r}")
         return drafters
+    path, name = drafted
+    draft = open_draft_model(path, target, runtime, stack, cancelled)
+    ctx = stack.enter_context(Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch))
+    if speculation.k is None:  # the policy should know what a drafted token costs before trying
+        costs = load_or_measure(ctx, known_sha256(path), Device.of(draft, runtime.threads()), 1, say=say,
+                                cancelled=cancelled, retry=not sampling.reproducible)
+        policy.calibrate_drafter(name, costs.seconds[1])
     rng = make_rng(None if sampling.seed is None else sampling.seed + 1)
-
-    def model_drafter(path: Path, name: str) -> ModelDrafter:
-        draft = stack.enter_context(
-            Model(path, n_gpu_layers=runtime.n_gpu_layers, verbose=runtime.verbose, cancelled=cancelled)
-        )
-        check_compatible(target, draft)
-        ctx = stack.enter_context(
-            Context(draft, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch)
-        )
-        if speculation.k is None:  # the policy should know what a drafted token costs before trying
-            costs = load_or_measure(ctx, known_sha256(path), Device.of(draft, runtime.threads()), 1, say=say,
-                                    cancelled=cancelled, retry=not sampling.reproducible)
-            policy.calibrate_drafter(name, costs.seconds[1])
-        return ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
-
-    if kind == "early-exit":
-        layer = speculation.exit_layer or default_exit_layer(target.n_layer)
-        return [model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")]
-    model = model_drafter(resolve(speculation.draft_model)[1], "draft")
+    model = ModelDrafter(ctx, sampling, rng, name=name, p_min=speculation.p_min, owns_model=False)
     return [NgramDrafter(history=history), model] if kind == "auto" else [model]

@@ -22,23 +22,26 @@ from localspec.opening import (  # noqa: F401  (imported from here by the faces)
     Prompts,
     drafts_from,
     lookup_drafters,
+    model_draft,
     never,
+    open_draft_phase,
     open_drafters,
     open_history,
     open_target,
     resolve,
     save_history,
 )
+from localspec.sampling import make_rng
 from localspec.settings import (
     GenerationSettings,
     Settings,
-    check_model_free,
 )
 from localspec.speculative.calibrate import Calibration, Reads, choose_reads, load_or_measure
 from localspec.speculative.costs import PARALLEL_AUTO_MAX, PassCosts, auto_parallel
+from localspec.speculative.draft_phase import DraftPhase, LaneDrafter
+from localspec.speculative.jobs import Job
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.scheduler import Job
 from localspec.speculative.shape_timing import load_or_measure_shapes
 from localspec.speculative.shapes import Shapes
 from localspec.speculative.survival import Survival
@@ -251,8 +254,8 @@ class Runtime(Prompts):
 @dataclass
 class BatchRuntime(Prompts):
     """What ``localspec batch`` and ``generate_many`` run on: the target on ``parallel`` lanes of one context, the
-    pass costs its sequences share, and a factory for each sequence's loop (lookup drafters only: a draft model
-    would need a context per lane)."""
+    pass costs its sequences share, a factory for each sequence's loop, and a draft model's lanes where it drafts with
+    one (their drafts come from the scheduler's draft phase, all lanes at once)."""
 
     model_name: str
     model: Model
@@ -274,6 +277,7 @@ class BatchRuntime(Prompts):
     grammars: Grammars | None = field(default=None, repr=False)  # the model's, built on the first constrained job
     # what seeded sampled sequences price on: the calibration as measured, never corrected live (PassCosts.frozen)
     measured_costs: PassCosts = field(default_factory=PassCosts, repr=False)
+    drafts: DraftPhase | None = None  # the draft model's lanes, where the runtime drafts with one
 
     def __post_init__(self) -> None:
         self.grammars = Grammars(self.model.vocab, self.say)
@@ -288,7 +292,6 @@ class BatchRuntime(Prompts):
         more than ``jobs``). ``history_default``: as Runtime.open's (serve passes "memory")."""
         runtime, speculation = settings.runtime, settings.speculation
         reproducible = settings.sampling.reproducible  # a job seeded as a whole (--seed): its lanes too, see below
-        check_model_free(speculation.drafter, "batch")
         stack = ExitStack()
         try:
             name, path, target, notices = open_target(settings, stack, cancelled)
@@ -318,9 +321,17 @@ class BatchRuntime(Prompts):
                                f"({name} was trained on {target.n_ctx_train})")
             if cancelled is not None and cancelled():
                 raise KeyboardInterrupt
+            drafts = None
+            drafted = model_draft(speculation.drafter, speculation, target)
+            if drafted is not None:
+                drafts = open_draft_phase(*drafted, target, parallel, n_max, runtime, stack,
+                                          priced=speculation.k is None, say=say, cancelled=cancelled,
+                                          retry=not reproducible)
+            elif lookup_drafters(speculation.drafter) is None:
+                raise UserError(f"unknown drafter {speculation.drafter!r}")
             history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
             return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, device,
-                       notices, calibration, shapes, stack, history, say=say, measured_costs=measured)
+                       notices, calibration, shapes, stack, history, say=say, measured_costs=measured, drafts=drafts)
         except BaseException:
             stack.close()
             raise
@@ -336,6 +347,14 @@ class BatchRuntime(Prompts):
         policy = DraftPolicy(k_max=self.settings.speculation.k_max, fixed=speculation.k,
                              costs=self.measured_costs if reproducible else self.costs, shapes=self.shapes,
                              shared=self.trust.setdefault(job.scope, {}), reproducible=reproducible)
+        drafts = self.drafts
+        if drafts is not None and speculation.drafter in ("auto", drafts.name):  # after the lookup, in auto's cascade
+            seed = job.sampling.seed
+            drafters.append(LaneDrafter(drafts, getattr(lane, "seq", 0), job.sampling,
+                                        make_rng(None if seed is None else seed + 1), name=drafts.name,
+                                        p_min=speculation.p_min))
+            if drafts.token_seconds:
+                policy.calibrate_drafter(drafts.name, drafts.token_seconds)
         generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
         generator.grammars = self.grammars
         if view is not None:

@@ -94,6 +94,26 @@ def shape_candidates(ids: np.ndarray, logits: np.ndarray, s: SamplingSettings) -
     return Distribution.of(ids, _softmax(logits / temperature))
 
 
+def pick(
+    row: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator, p_min: float = 0.0,
+) -> tuple[int, Distribution | None] | None:
+    """The draft model's next token from its logits ``row``: the argmax (greedy) or a draw from q (sampled, q
+    returned for verification); None where its probability is under ``p_min`` (the draft stops there)."""
+    if sampling.greedy:
+        if p_min > 0.0 and top_probability(row) < p_min:
+            return None
+        return greedy(row), None
+    q = shape(row, sampling)
+    if p_min > 0.0 and float(q.probs.max()) < p_min:
+        return None
+    return q.sample(rng), q
+
+
+def top_probability(row: np.ndarray) -> float:
+    m = float(row.max())
+    return 1.0 / float(np.exp(row - m).sum())
+
+
 def make_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 

@@ -10,17 +10,10 @@ from localspec.errors import UserError
 from localspec.structured.spec import ConstraintSpec
 
 DRAFTERS = ("none", "ngram", "draft", "early-exit", "auto")
-# those that need no model of their own: what sequences sharing one pass can draft with (a draft model would need a
-# context per sequence), and what a replay can draft with (``auto`` is n-gram lookup without a draft model)
+# those that need no model of their own: what a request to a server may ask for (``auto`` takes the server's draft
+# model too, if it has one) and what a replay can draft with (``auto`` is n-gram lookup without a draft model)
 MODEL_FREE_DRAFTERS = ("none", "ngram", "auto")
 TEMPERATURE_MAX = 5.0
-
-
-def check_model_free(drafter: str, who: str, choices: str = "--drafter ngram, auto or none") -> None:
-    """UserError, in ``who``'s words, where sequences sharing passes are asked to draft with a model."""
-    if drafter not in MODEL_FREE_DRAFTERS:
-        raise UserError(f"{who} drafts with n-gram lookup only ({choices}), not {drafter!r}: a draft model would "
-                        "need a context for every sequence sharing a pass")
 
 
 @dataclass(frozen=True, slots=True)

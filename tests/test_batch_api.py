@@ -23,8 +23,9 @@ from localspec.errors import UserError
     (["a"], {"seed": "1"}, "seed must be an integer (or None)"),
     (["a"], {"stop": ["ok", 3]}, "stop must be a string or a list of strings"),
     (["a"], {"drafter": 5}, "drafter must be a string"),
-    (["a"], {"drafter": "draft"}, "n-gram lookup only (drafter='ngram', 'auto' or 'none'), not 'draft'"),
-    (["a"], {"drafter": "bogus"}, "not 'bogus'"),
+    (["a"], {"drafter": "draft"}, "drafter draft needs a draft model: pass draft NAME|PATH"),
+    (["a"], {"draft": 5}, "draft must be a string (or None)"),
+    (["a"], {"drafter": "bogus"}, "unknown drafter 'bogus'"),
     (["a"], {"ctx": 10}, "ctx must be at least 16 tokens, got 10"),  # the argument's name, not the flag's
     (["a"], {"gpu_layers": -5}, "gpu_layers must be -1 (all), 0 (CPU) or a count"),
     (["a", {"id": "0", "prompt": "b"}], {}, "id '0' is given to prompt 0 and prompt 1"),

@@ -17,7 +17,7 @@ from localspec.events import Step
 from localspec.passes import Part
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from localspec.speculative.scheduler import Job
+from localspec.speculative.jobs import Job
 from tests.near_ties import top2_gap
 
 PROMPTS = [

@@ -21,7 +21,8 @@ from localspec.engine.chat import Message
 from localspec.events import Finished
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import GenerationSettings, HistorySettings, RuntimeSettings, Settings, SpeculationSettings
-from localspec.speculative.scheduler import Job, Scheduler
+from localspec.speculative.jobs import Job
+from localspec.speculative.scheduler import Scheduler
 from tests.generation import generated
 from tests.near_ties import top2_gap
 

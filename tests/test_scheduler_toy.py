@@ -13,9 +13,10 @@ from localspec.drafters.ngram import NgramDrafter
 from localspec.events import Event, Finished, Prefill, Step
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.costs import PassCosts
+from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
+from localspec.speculative.scheduler import Scheduler
 from tests.toy import ToyContext, ToyLanes, ToyModel
 
 TARGET = ToyModel(seed=1)

@@ -401,7 +401,7 @@ def test_another_address_without_a_key_refuses_to_start() -> None:
     (["--queue-timeout", "0"], "--queue-timeout"),
     (["--port", "70000"], "--port"),
     (["--max-body", "10"], "--max-body"),
-    (["--drafter", "early-exit"], "localspec serve drafts with n-gram lookup only"),
+    (["--drafter", "draft"], "--drafter draft needs a draft model"),
     (["--max-tokens", "100", "--max-tokens-cap", "50"], "is over --max-tokens-cap 50"),
 ])
 def test_bad_options_are_one_line(args: list[str], fragment: str) -> None:

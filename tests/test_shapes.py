@@ -15,9 +15,10 @@ from localspec.drafters.ngram import NgramDrafter
 from localspec.events import Step
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.costs import PassCosts
+from localspec.speculative.jobs import Job
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.scheduler import Job, Scheduler
+from localspec.speculative.scheduler import Scheduler
 from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE, STEADY, Depths, Shapes, Warmup, choose, pad, stretch
 from tests.toy import ToyContext, ToyLanes, ToyModel, plain_greedy
 

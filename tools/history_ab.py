@@ -74,7 +74,7 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
         # the scheduler's passes and rows, where the code counts them (not a baseline's that cannot)
         passes = None
         if "stats" in inspect.signature(run_requests).parameters:
-            from localspec.speculative.scheduler import PassStats
+            from localspec.speculative.jobs import PassStats
 
             passes = PassStats()
         with BatchRuntime.open(settings, None, jobs=len(prompts)) as rt:

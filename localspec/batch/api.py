@@ -27,7 +27,6 @@ from localspec.settings import (
     SamplingSettings,
     Settings,
     SpeculationSettings,
-    check_model_free,
 )
 from localspec.structured import ConstraintSpec
 
@@ -37,6 +36,7 @@ def generate_many(
     *,
     model: str | None = None,
     drafter: str = "auto",
+    draft: str | None = None,
     parallel: int | None = None,
     max_tokens: int = 256,
     temperature: float = 0.0,
@@ -56,6 +56,8 @@ def generate_many(
     response_format: Any = None,
 ) -> Iterator[Result]:
     """Generate from every prompt, ``parallel`` at a time (None: as many as pay on this device), each speculating.
+    ``draft``: a draft model (a models.toml name or a GGUF path sharing the target's tokenizer) for ``drafter``
+    'draft' or 'auto' (n-gram lookup first, then the draft model): every prompt's drafts come from it at once.
 
     A prompt is a string (its id is its position), a :class:`Request`, or a mapping read as a `localspec batch`
     line: ``prompt`` or ``messages``, an optional ``id``, and an OpenAI body's settings (``max_tokens``,
@@ -76,19 +78,17 @@ def generate_many(
         raise UserError(f"generate_many takes a list of prompts, not one {type(prompts).__name__}: put it in a "
                         "list, or call localspec.generate")
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    _check_types(model=model, drafter=drafter, parallel=parallel, max_tokens=max_tokens, temperature=temperature,
-                 top_p=top_p, top_k=top_k, min_p=min_p, seed=seed, stop=stops, ctx=ctx, threads=threads,
-                 gpu_layers=gpu_layers, k=k)
+    _check_types(model=model, drafter=drafter, draft=draft, parallel=parallel, max_tokens=max_tokens,
+                 temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed, stop=stops, ctx=ctx,
+                 threads=threads, gpu_layers=gpu_layers, k=k)
     settings = Settings(
         model,
         RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers),
-        SpeculationSettings(drafter=drafter, k=k),
+        SpeculationSettings(drafter=drafter, k=k, draft_model=draft),
         SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         GenerationSettings(max_tokens=max_tokens, stop=stops, constraint=ConstraintSpec.of(response_format)),
         HistorySettings(None if keep_history is None else ("disk" if keep_history else "memory")),
     )
-    # before settings.validate, which would ask for a --draft model
-    check_model_free(drafter, "generate_many", "drafter='ngram', 'auto' or 'none'")
     try:
         settings.validate()
     except UserError as e:  # the settings speak of command-line flags: name the argument instead
@@ -203,4 +203,4 @@ def _check_types(**values: Any) -> None:
 
 _INTS = {"parallel", "max_tokens", "top_k", "seed", "ctx", "threads", "gpu_layers", "k"}
 _FLOATS = {"temperature", "top_p", "min_p"}
-_OPTIONAL = {"model", "parallel", "seed", "threads", "gpu_layers", "k"}
+_OPTIONAL = {"model", "draft", "parallel", "seed", "threads", "gpu_layers", "k"}

@@ -14,7 +14,8 @@ from localspec.events import Event, Finished, Step
 from localspec.openai_body import BodyError
 from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings
-from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
+from localspec.speculative.jobs import Failed, Job, PassStats
+from localspec.speculative.scheduler import Scheduler
 
 # what a Finished reason is called in a result: the OpenAI words where there is one
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",
@@ -47,7 +48,8 @@ def run_requests(
             except UserError as e:
                 failed.append(Result(request.id, finish_reason="error", error=str(e), index=index))
 
-    scheduler = Scheduler(rt.lanes, rt.make_generator, rt.costs, parallel=rt.parallel, stats=stats, shapes=rt.shapes)
+    scheduler = Scheduler(rt.lanes, rt.make_generator, rt.costs, parallel=rt.parallel, stats=stats, shapes=rt.shapes,
+                          drafts=rt.drafts)
     for job, event in scheduler.run(jobs(), cancelled):
         while failed:
             yield failed.popleft()

@@ -27,9 +27,10 @@ from localspec.passes import Part
 from localspec.runtime import lookup_drafters
 from localspec.settings import MODEL_FREE_DRAFTERS, GenerationSettings, SamplingSettings
 from localspec.speculative.costs import PassCosts
+from localspec.speculative.jobs import Job
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.scheduler import Job, Scheduler
+from localspec.speculative.scheduler import Scheduler
 from localspec.speculative.shapes import AFTER_CHANGE, CAPTURE, STEADY, Warmup
 
 __all__ = ["CostTable", "load_cost_table", "replay", "replay_batch", "replay_oracle", "shipped_tables"]

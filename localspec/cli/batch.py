@@ -252,7 +252,7 @@ def _run(rt: BatchRuntime, requests: list[Request], writer: ResultWriter, chat: 
          cancelled: Callable[[], bool], quiet: bool) -> tuple[_Totals, list[Result]]:
     """Run the requests, writing each result as it finishes; the run's totals and its results."""
     from localspec.batch.run import run_requests
-    from localspec.speculative.scheduler import PassStats
+    from localspec.speculative.jobs import PassStats
 
     by_id = {r.id: r for r in requests}
     stats = PassStats()

@@ -57,7 +57,8 @@ OPTIONS: tuple[Opt, ...] = (
         "(default) uses n-gram lookup where the text repeats, the draft model if one is given, else plain decoding.",
         "Speculation", "speculation.drafter", _GENERATE),
     Opt("draft", ("--draft",), str | None, None, "Draft model (name or path) for --drafter draft/auto; must share "
-        "the target's tokenizer.", "Speculation", "speculation.draft_model"),
+        "the target's tokenizer. In batch and serve every sequence's drafts come from it at once, one draft pass per "
+        "drafted token.", "Speculation", "speculation.draft_model", (*_ALL, "batch", "serve")),
     Opt("k", ("--k",), int | None, None, "Fixed draft length. Default: adaptive, chosen each step from measured "
         "acceptance and costs (0 = plain decoding).", "Speculation", "speculation.k", (*_ALL, "batch", "serve")),
     Opt("branches", ("--branches",), int, BRANCHES_DEFAULT, "Most candidate continuations n-gram lookup may verify "
@@ -66,7 +67,7 @@ OPTIONS: tuple[Opt, ...] = (
         "chains only.", "Speculation",
         "speculation.branches"),
     Opt("exit_layer", ("--exit-layer",), int | None, None, "Layers kept for --drafter early-exit (default: a third "
-        "of the model).", "Speculation", "speculation.exit_layer"),
+        "of the model).", "Speculation", "speculation.exit_layer", (*_ALL, "batch", "serve")),
     Opt("p_min", ("--p-min",), float, 0.0, "Stop a model draft early when the draft's top probability falls below "
         "this.", "Speculation", "speculation.p_min", _GENERATE),
     Opt("keep_history", ("--keep-history/--no-keep-history",), bool | None, None, "Keep the requests' tokens on "

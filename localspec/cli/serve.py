@@ -18,7 +18,7 @@ from localspec.cli import app, user_errors
 from localspec.cli.batch import parse_parallel
 from localspec.cli.options import generation_options
 from localspec.errors import UserError
-from localspec.settings import Settings, check_model_free
+from localspec.settings import Settings
 
 API_KEY_ENV = "LOCALSPEC_API_KEY"
 LOOPBACK_NAMES = {"localhost"}
@@ -48,7 +48,9 @@ def serve(
 ) -> None:
     """Serve the OpenAI API (chat and text completions, streaming or not) with speculative decoding.
 
-    Every request is a sequence in one shared target pass, each one drafting with n-gram lookup.
+    Every request is a sequence in one shared target pass, each one drafting
+    with n-gram lookup, and with a draft model where one is given (--draft, or
+    a --profile's): every sequence's drafts then come from it at once.
 
     A conversation that comes back (agents resend it every turn) reuses the cache of its earlier turns.
 
@@ -62,6 +64,8 @@ def serve(
 
       localspec serve --port 8080 --parallel 4
 
+      localspec serve --profile qwen2.5-coder-1.5b   (the Coder 1.5B, drafted by the 0.5B)
+
       LOCALSPEC_API_KEY=secret localspec serve --host 0.0.0.0
 
       curl http://127.0.0.1:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
@@ -71,7 +75,6 @@ def serve(
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
         check_binding(host, key, insecure)
         lanes = parse_parallel(parallel)
-        check_drafter(options.speculation.drafter)
         if queue_timeout <= 0:
             raise UserError(f"--queue-timeout must be more than 0 seconds, got {queue_timeout:g}")
         if max_body < 1024:
@@ -89,11 +92,6 @@ def _serve_extra() -> Any:
         raise UserError(f"localspec serve needs the 'serve' extra ({e.name} is missing): "
                         "pip install 'localspec[serve]'") from None
     return uvicorn
-
-
-def check_drafter(drafter: str) -> None:
-    """Before the model loads, in the server's words (the batch runtime would say "batch drafts with…")."""
-    check_model_free(drafter, "localspec serve")
 
 
 def is_loopback(host: str) -> bool:

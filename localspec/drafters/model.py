@@ -14,7 +14,7 @@ import numpy as np
 from localspec.drafters.base import Draft
 from localspec.engine import Context, Model
 from localspec.errors import UserError
-from localspec.sampling import Distribution, greedy, shape
+from localspec.sampling import Distribution, pick
 from localspec.settings import SamplingSettings
 from localspec.tokens import common_prefix
 
@@ -56,17 +56,13 @@ class ModelDrafter:
         tokens: list[int] = []
         dists: list[Distribution] | None = None if self._sampling.greedy else []
         while True:
-            if dists is None:
-                token = greedy(row)
-                if self._p_min > 0.0 and _top_probability(row) < self._p_min:
-                    break
-            else:
-                q = shape(row, self._sampling)
-                if self._p_min > 0.0 and float(q.probs.max()) < self._p_min:
-                    break
-                token = q.sample(self._rng)
-                dists.append(q)
+            picked = pick(row, self._sampling, self._rng, self._p_min)
+            if picked is None:
+                break
+            token, q = picked
             tokens.append(token)
+            if dists is not None and q is not None:
+                dists.append(q)
             if len(tokens) == cap:
                 break
             row = self._ctx.decode([token])[-1]
@@ -82,11 +78,6 @@ class ModelDrafter:
         self._ctx.close()
         if self._owns_model:
             model.close()
-
-
-def _top_probability(row: np.ndarray) -> float:
-    m = float(row.max())
-    return 1.0 / float(np.exp(row - m).sum())
 
 
 def check_compatible(target: Model, draft: Model) -> None:

@@ -104,8 +104,15 @@ class Lanes:
     def decode(self, parts: Sequence[Part]) -> list[Outputs | None]:
         """One pass over every part's tokens; each lane's cache grows by its part. Returns each part's outputs."""
         context = self.context
-        starts = context.decode_parts([(p.lane, len(self.lanes[p.lane].tokens), p.tokens, p.want is not None)
-                                       for p in parts])
+        # a lane may have several parts in one pass (a catch-up that wants only its last row's output): each starts
+        # where the one before it ends
+        ends: dict[int, int] = {}
+        spans = []
+        for p in parts:
+            start = ends.get(p.lane, len(self.lanes[p.lane].tokens))
+            ends[p.lane] = start + len(p.tokens)
+            spans.append((p.lane, start, p.tokens, p.want is not None))
+        starts = context.decode_parts(spans)
         out: list[Outputs | None] = []
         for part, start in zip(parts, starts, strict=True):
             self.lanes[part.lane].tokens.extend(part.tokens)

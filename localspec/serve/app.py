@@ -31,7 +31,7 @@ from localspec.openai_body import Body, BodyError, Kind, loads
 from localspec.serve.protocol import ApiError, parse
 from localspec.serve.responses import Answer, timings
 from localspec.serve.service import Service, Ticket
-from localspec.speculative.scheduler import Failed
+from localspec.speculative.jobs import Failed
 from localspec.structured.tools import ToolUse, may_call
 
 log = logging.getLogger("localspec.serve")

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from localspec.events import Event, Finished, Prefill, Step
 from localspec.runtime import BatchRuntime, save_history
 from localspec.serve.metrics import Metrics
-from localspec.speculative.scheduler import Failed, Job, PassStats, Scheduler
+from localspec.speculative.jobs import Failed, Job, PassStats
+from localspec.speculative.scheduler import Scheduler
 from localspec.worker import Worker
 
 log = logging.getLogger("localspec.serve")
@@ -129,7 +130,7 @@ class Service:
         """The worker thread's loop: one scheduler run for the server's life; restarted after an error."""
         while not self.worker.stop_requested.is_set():
             scheduler = Scheduler(self.rt.lanes, self.rt.make_generator, self.rt.costs, parallel=self.rt.parallel,
-                                  stats=self.passes, shapes=self.rt.shapes)
+                                  stats=self.passes, shapes=self.rt.shapes, drafts=self.rt.drafts)
             try:
                 for job, event in scheduler.run(self.queue.jobs(), self.worker.stop_requested.is_set,
                                                 idle=self._idle):

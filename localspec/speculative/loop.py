@@ -128,8 +128,9 @@ class Generator:
         t1 = self.clock()
         return self.settle(history, plan, self._decode(plan), t1 - t0, t1)
 
-    def plan(self, history: list[int], room: int) -> Plan:
-        """Propose: ask the drafters, and lay the draft out as the rows one pass verifies."""
+    def plan(self, history: list[int], room: int, drafted: Draft | None = None) -> Plan:
+        """Propose: ask the drafters, and lay the draft out as the rows one pass verifies. ``drafted``: a batch's
+        draft phase answered the model drafter (speculative/draft_phase.py), so the cascade is not asked again."""
         # under a grammar on a device with pass shapes, one size throughout: forced tokens come and go, and each
         # change of size costs a CUDA graph's warm-up (docs/structured.md). One sequence only: in a batch the
         # scheduler sizes the pass for every lane at once
@@ -137,7 +138,7 @@ class Generator:
         depth = None
         if self.constraint is not None and policy.shapes.active and not policy.in_batch:
             room = depth = min(room, CONSTRAINED_DEPTH)
-        draft = self._propose(history, room)
+        draft = self._propose(history, room, drafted)
         if self.drafters:  # a device with pass shapes verifies a draft padded up to the size it keeps
             draft = policy.pad(draft, history, room, depth)
         return self._laid_out(draft, history)
@@ -206,12 +207,13 @@ class Generator:
                 lambda row, depth: shape(outputs[row], self.sampling).sample(self.draws.at(position + depth)))
         return Verdict(len(path), token, tuple(path))
 
-    def _propose(self, history: list[int], room: int) -> Draft:
+    def _propose(self, history: list[int], room: int, drafted: Draft | None = None) -> Draft:
         """The policy caps each drafter, the drafter proposes, the policy trims: the first draft left wins. Under a
         grammar, its forced tokens lead and the drafters continue after them, cut where the grammar forbids."""
         if self.constraint is not None and self.drafters:  # --drafter none drafts nothing, forced tokens included
-            return self.constraint.propose(history, room, lambda h, r: self._lookup(h, r, 1))
-        return self._lookup(history, room)
+            return self.constraint.propose(
+                history, room, lambda h, r: self._lookup(h, r, 1) if drafted is None else drafted)
+        return self._lookup(history, room) if drafted is None else drafted
 
     def _lookup(self, history: list[int], room: int, width: int | None = None) -> Draft:
         for drafter in self.drafters:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from localspec.events import Event, Prefill, Stats
 from localspec.passes import Outputs, Part
-from localspec.settings import GenerationSettings, SamplingSettings, SpeculationSettings
 from localspec.speculative.costs import PassCosts
+from localspec.speculative.draft_phase import DraftPhase, DraftWanted
+from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.loop import Generator, Plan, Run, Target
 from localspec.speculative.shapes import STEADY, Shapes, Warmup
 from localspec.speculative.text import TextStream
@@ -57,31 +58,6 @@ class SharedContext(Protocol):
 
 
 @dataclass(slots=True)
-class Job:
-    """One prompt to generate from, with its own limits and sampling; ``key``: the caller's (e.g. a request id).
-    ``speculation``: its own drafter and draft length, else the runtime's. ``stop``: true once nobody wants the rest
-    (a client that went away); the job then finishes "interrupted" before the next pass and frees its lane."""
-
-    prompt: list[int]
-    settings: GenerationSettings = field(default_factory=GenerationSettings)
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    key: object = None
-    speculation: SpeculationSettings | None = None
-    stop: Callable[[], bool] | None = None
-    # whose text it is (localspec/history): drafts come from earlier requests of the same scope only, and a prompt's
-    # cached prefix is reused only from a lane that last ran the same scope (else one client could time another's
-    # prompt by how fast its own prefill runs)
-    scope: str = "local"
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """A job that could not run (a prompt the context cannot hold); the batch goes on."""
-
-    message: str
-
-
-@dataclass(slots=True)
 class _Flight:
     """A job on a lane: prefilling until its prompt (all but the pending last token) is cached, then decoding."""
 
@@ -101,21 +77,6 @@ class _Flight:
         return self.run.history[:-1]
 
 
-@dataclass(slots=True)
-class PassStats:
-    """What the scheduler's passes did, for a job's totals."""
-
-    passes: int = 0
-    rows: int = 0  # decode rows (pending tokens and drafts), over all passes
-    prefill_tokens: int = 0
-    shared_prefix_tokens: int = 0  # prompt tokens copied from another lane instead of computed
-    seconds: float = 0.0  # the passes' own time (decoding and settling), over all passes
-    # passes that carried a prompt chunk, and their time: drafts do not shorten those (docs/performance.md, "the
-    # ceiling of drafts in a batch")
-    prompt_passes: int = 0
-    prompt_seconds: float = 0.0
-
-
 class Scheduler:
     """Runs jobs on ``lanes``, ``parallel`` at a time; ``make_generator(lane, job)`` builds a sequence's loop (its
     drafters, and a policy on the shared ``costs``)."""
@@ -131,8 +92,10 @@ class Scheduler:
         clock: Callable[[], float] = time.perf_counter,
         stats: PassStats | None = None,
         shapes: Shapes | None = None,
+        drafts: DraftPhase | None = None,
     ) -> None:
         self.lanes = lanes
+        self.drafts = drafts  # the draft model's lanes, where sequences draft with one (draft_phase.py)
         self.make_generator = make_generator
         self.costs = costs
         self.parallel = min(parallel or len(lanes), len(lanes))
@@ -229,6 +192,8 @@ class Scheduler:
         target = self.lanes[lane]
         target.truncate(kept)  # what another scope left is gone before the lane is marked as this one's
         target.scope = job.scope  # type: ignore[attr-defined]
+        if self.drafts is not None:
+            self.drafts.claim(lane, job.scope)
         generator = self.make_generator(target, job)
         generator.policy.in_batch = True  # the scheduler keeps the pass's size; the sequence only drafts
         run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
@@ -245,6 +210,7 @@ class Scheduler:
                 yield from self._prefilled(f)  # a prompt another lane held, or the lane's last job, is cached whole
         decoding = [f for f in live if f.decoding]
         planned: list[_Flight] = []
+        wanted: list[tuple[_Flight, DraftWanted]] = []  # plans that wait for the draft phase
         rows_after = sum(f.last[0] for f in decoding)
         tokens_after = sum(f.last[1] for f in decoding)
         rows_before, tokens_before = 0, 0.0
@@ -261,12 +227,19 @@ class Scheduler:
             policy.others = (others, tokens_before + tokens_after)
             t0 = self.clock()
             f.room = room
-            f.plan = plan = f.generator.plan(f.run.history, room)
+            try:
+                f.plan = f.generator.plan(f.run.history, room)
+                rows = len(f.plan.rows)
+            except DraftWanted as w:  # priced as asked until the phase answers
+                wanted.append((f, w))
+                rows = 1 + w.cap
             f.draft_seconds = self.clock() - t0
-            f.last = (len(plan.rows), policy.expected if len(plan.rows) > 1 else 1.0)
-            rows_before += f.last[0]
+            f.last = (rows, policy.expected if rows > 1 else 1.0)
+            rows_before += rows
             tokens_before += f.last[1]
             planned.append(f)
+        if wanted:
+            rows_before = self._drafted(wanted, planned)
         if shapes.active and planned:
             rows_before = self._fill(planned, shapes, rows_before)
         parts = [Part(f.lane, f.plan.rows, "ids" if f.generator.wants_ids else "logits") for f in planned
@@ -299,6 +272,17 @@ class Scheduler:
         for f, chunk in prefilling:
             self.stats.prefill_tokens += len(chunk)
             yield from self._prefilled(f)
+
+    def _drafted(self, wanted: list[tuple[_Flight, DraftWanted]], planned: list[_Flight]) -> int:
+        """The draft phase: every model draft of the pass at once, then those sequences' plans with their drafts.
+        Returns the pass's rows."""
+        assert self.drafts is not None
+        for (f, _), (draft, seconds) in zip(wanted, self.drafts.draft([w for _, w in wanted]), strict=True):
+            t0 = self.clock()
+            f.plan = f.generator.plan(f.run.history, f.room, draft)
+            f.draft_seconds += seconds + self.clock() - t0
+            f.last = (len(f.plan.rows), f.last[1] if len(f.plan.rows) > 1 else 1.0)
+        return sum(len(f.plan.rows) for f in planned if f.plan is not None)
 
     def _fill(self, planned: list[_Flight], shapes: Shapes, rows: int) -> int:
         """Pad the pass up to the number of rows the last pass had, or up to a kept size, where the padding costs

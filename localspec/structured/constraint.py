@@ -79,11 +79,13 @@ class Constraint:
         if forced:
             matcher.consume_tokens(forced)
         t1 = time.perf_counter()
-        rest = drafts([*history, *forced], room - len(forced)) if room > len(forced) else Draft()
-        t2 = time.perf_counter()
-        n = matcher.validate_tokens(rest.tokens) if rest.tokens else 0
-        if forced:
-            matcher.rollback(len(forced))
+        try:  # a batch's draft model asks to be answered later (DraftWanted): the matcher is left as it was
+            rest = drafts([*history, *forced], room - len(forced)) if room > len(forced) else Draft()
+            t2 = time.perf_counter()
+            n = matcher.validate_tokens(rest.tokens) if rest.tokens else 0
+        finally:
+            if forced:
+                matcher.rollback(len(forced))
         self.seconds += (t1 - t0) + (time.perf_counter() - t2)
         if not forced:
             return replace(rest, tokens=rest.tokens[:n], dists=None) if n < len(rest) or rest.dists else rest

@@ -1,0 +1,198 @@
+"""Draft models in a batch: the scheduler's draft phase (DESIGN.md, "Draft models in a batch").
+
+A sequence that drafts with a model does not decode it alone. Its drafter (``LaneDrafter``) stops the plan where the
+model is asked (``DraftWanted``: the history and the length the policy chose); the scheduler gathers every lane's
+request, and ``DraftPhase.draft`` answers them together on the draft model's own lanes, one decode per depth. The
+first decode carries each lane's catch-up (what its draft lane has not seen: the last step's accepted tokens and the
+target's, or a prompt at a lane's first draft) beside its first draft row, so a step takes as many draft decodes as
+its deepest draft. The scheduler then makes those plans again with the drafts as the model's answer
+(``Generator.plan(drafted=…)``): the lookups before it in the cascade, which found nothing, are not asked twice.
+
+A draft lane mirrors its target lane: it holds a prefix of the sequence's accepted history, takes a prefix another
+draft lane of the same scope holds instead of computing it, and never keeps another scope's cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from localspec.drafters.base import Draft
+from localspec.passes import Outputs, Part
+from localspec.sampling import Distribution, pick
+from localspec.settings import SamplingSettings
+from localspec.tokens import common_prefix
+
+# a catch-up at least this long (a prompt) first looks for a draft lane of the same scope that holds it already
+SHARE_FROM = 16
+
+
+class DraftLane(Protocol):
+    tokens: list[int]
+    scope: str | None
+
+    def truncate(self, n_keep: int) -> None: ...
+
+
+class DraftLanes(Protocol):
+    """The draft model's sequences: engine.lanes.Lanes on the draft model, or a toy in tests."""
+
+    n_batch: int
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, lane: int) -> DraftLane: ...
+    def decode(self, parts: Sequence[Part]) -> list[Outputs | None]: ...
+    def share(self, src: int, dst: int, n: int) -> None: ...
+
+
+class DraftWanted(Exception):  # noqa: N818 (a request, not an error: the scheduler answers it)
+    """Out of a plan: ``drafter``'s model is asked for up to ``cap`` tokens after ``history``."""
+
+    def __init__(self, drafter: LaneDrafter, history: list[int], cap: int) -> None:
+        super().__init__(drafter.name)
+        self.drafter, self.history, self.cap = drafter, history, cap
+
+
+class LaneDrafter:
+    """A sequence's draft model in a batch (the Drafter protocol) on its lane of the draft context; what it proposes
+    comes from the scheduler's draft phase."""
+
+    lookup = False
+
+    def __init__(
+        self, phase: DraftPhase, lane: int, sampling: SamplingSettings, rng: np.random.Generator, *,
+        name: str = "draft", p_min: float = 0.0,
+    ) -> None:
+        self.phase, self.lane, self.sampling, self.rng = phase, lane, sampling, rng
+        self.name, self.p_min = name, p_min
+
+    def begin(self, history: Sequence[int]) -> None:
+        lane = self.phase.lanes[self.lane]
+        lane.truncate(common_prefix(lane.tokens, history[:-1]))
+
+    def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
+        if cap <= 0:
+            return Draft(drafter=self.name, kind=self.name)
+        raise DraftWanted(self, list(history), cap)
+
+    def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
+        # the lane holds the history it drafted after, then its drafts; the accepted ones agree with the new history
+        # up to its last token (the target's own): the rest goes
+        lane = self.phase.lanes[self.lane]
+        lane.truncate(min(len(lane.tokens), len(history) - 1))
+
+    def close(self) -> None:
+        """Nothing: the draft lanes are the runtime's."""
+
+
+@dataclass(slots=True)
+class _Request:
+    wanted: DraftWanted
+    tokens: list[int]
+    dists: list[Distribution] | None
+
+
+class DraftPhase:
+    """Drafts every lane's request at once on ``lanes``; counts its decodes (``decodes``, over ``steps``)."""
+
+    def __init__(
+        self, lanes: DraftLanes, *, name: str = "draft", token_seconds: float = 0.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.lanes = lanes
+        self.name = name  # its drafters' ("draft", "early-exit"): their drafts' kind
+        # what a drafted token costs where every lane drafts at once (a decode of that many rows, shared): the
+        # policy's first price, corrected by each lane's share of the phases it drafted in
+        self.token_seconds = token_seconds
+        self.clock = clock
+        self.decodes = 0  # draft decodes, catch-ups that did not fit beside the first draft rows included
+        self.steps = 0  # steps that drafted
+        self.deepest = 0  # the most decodes one step took
+
+    def claim(self, lane: int, scope: str) -> None:
+        """A job of ``scope`` starts on ``lane``: what another scope left in its draft lane goes first (a prefix
+        kept across scopes would let one client time another's prompt)."""
+        draft = self.lanes[lane]
+        if draft.scope != scope:
+            draft.truncate(0)
+            draft.scope = scope
+
+    def draft(self, wanted: Sequence[DraftWanted]) -> list[tuple[Draft, float]]:
+        """Each request's draft, with its share of the phase's seconds (by the tokens it drafted)."""
+        started = self.clock()
+        requests = [_Request(w, [], None if w.drafter.sampling.greedy else []) for w in wanted]
+        backlogs = self._fed(wanted, [self._backlog(w) for w in wanted])
+        parts: list[Part] = []
+        for w, backlog in zip(wanted, backlogs, strict=True):
+            if len(backlog) > 1:
+                parts.append(Part(w.drafter.lane, backlog[:-1], None))  # caught up beside the first draft row
+            parts.append(Part(w.drafter.lane, backlog[-1:], "logits"))
+        going = requests
+        decodes = 0
+        while going:
+            rows = [out for out in self.lanes.decode(parts) if out is not None]
+            decodes += 1
+            parts, still = [], []
+            for r, out in zip(going, rows, strict=True):
+                d = r.wanted.drafter
+                picked = pick(np.asarray(out)[-1], d.sampling, d.rng, d.p_min)
+                if picked is None:
+                    continue
+                token, q = picked
+                r.tokens.append(token)
+                if r.dists is not None and q is not None:
+                    r.dists.append(q)
+                if len(r.tokens) < r.wanted.cap:  # the last token is never decoded here: the target verifies it
+                    parts.append(Part(d.lane, [token], "logits"))
+                    still.append(r)
+            going = still
+        self.decodes += decodes
+        self.steps += 1
+        self.deepest = max(self.deepest, decodes)
+        seconds = self.clock() - started
+        total = sum(max(1, len(r.tokens)) for r in requests)
+        return [(Draft(r.tokens, r.dists, r.wanted.drafter.name, r.wanted.drafter.name),
+                 seconds * max(1, len(r.tokens)) / total) for r in requests]
+
+    def _backlog(self, wanted: DraftWanted) -> list[int]:
+        """What the request's draft lane must decode to draft after its history (at least the last token)."""
+        lane_id, history = wanted.drafter.lane, wanted.history
+        lane = self.lanes[lane_id]
+        n = len(lane.tokens)
+        if n >= len(history) or (n and lane.tokens[n - 1] != history[n - 1]):
+            lane.truncate(min(common_prefix(lane.tokens, history), len(history) - 1))
+        if len(history) - len(lane.tokens) >= SHARE_FROM:
+            self._share(lane_id, history[:-1])
+        return history[len(lane.tokens) :]
+
+    def _share(self, lane_id: int, prefix: list[int]) -> None:
+        """Copy the longest start of ``prefix`` that another draft lane of the same scope holds, where it is more
+        than the lane's own."""
+        lane = self.lanes[lane_id]
+        best, source = len(lane.tokens), -1
+        for other in range(len(self.lanes)):
+            if other != lane_id and self.lanes[other].scope == lane.scope:
+                n = common_prefix(self.lanes[other].tokens, prefix)
+                if n > best:
+                    best, source = n, other
+        if source >= 0:
+            scope = lane.scope
+            self.lanes.share(source, lane_id, best)
+            self.lanes[lane_id].scope = scope
+
+    def _fed(self, wanted: Sequence[DraftWanted], backlogs: list[list[int]]) -> list[list[int]]:
+        """Decode ahead the catch-ups that one decode cannot hold beside every first draft row (prompts at their
+        lanes' first drafts), longest first, leaving each at least its last token."""
+        budget = self.lanes.n_batch
+        while sum(len(b) for b in backlogs) > budget:
+            i = max(range(len(backlogs)), key=lambda j: len(backlogs[j]))
+            backlog = backlogs[i]
+            chunk = backlog[: min(len(backlog) - 1, budget)]
+            self.lanes.decode([Part(wanted[i].drafter.lane, chunk, None)])
+            self.decodes += 1
+            backlogs[i] = backlog[len(chunk) :]
+        return backlogs

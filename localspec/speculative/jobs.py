@@ -1,0 +1,49 @@
+"""What the scheduler runs and reports, as plain data: a job (one prompt, its limits, sampling and scope), a job that
+could not run, and the totals of the passes it shared."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from localspec.settings import GenerationSettings, SamplingSettings, SpeculationSettings
+
+
+@dataclass(slots=True)
+class Job:
+    """One prompt to generate from, with its own limits and sampling; ``key``: the caller's (e.g. a request id).
+    ``speculation``: its own drafter and draft length, else the runtime's. ``stop``: true once nobody wants the rest
+    (a client that went away); the job then finishes "interrupted" before the next pass and frees its lane."""
+
+    prompt: list[int]
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    key: object = None
+    speculation: SpeculationSettings | None = None
+    stop: Callable[[], bool] | None = None
+    # whose text it is (localspec/history): drafts come from earlier requests of the same scope only, and a prompt's
+    # cached prefix is reused only from a lane that last ran the same scope (else one client could time another's
+    # prompt by how fast its own prefill runs)
+    scope: str = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A job that could not run (a prompt the context cannot hold); the batch goes on."""
+
+    message: str
+
+
+@dataclass(slots=True)
+class PassStats:
+    """What the scheduler's passes did, for a job's totals."""
+
+    passes: int = 0
+    rows: int = 0  # decode rows (pending tokens and drafts), over all passes
+    prefill_tokens: int = 0
+    shared_prefix_tokens: int = 0  # prompt tokens copied from another lane instead of computed
+    seconds: float = 0.0  # the passes' own time (decoding and settling), over all passes
+    # passes that carried a prompt chunk, and their time: drafts do not shorten those (docs/performance.md, "the
+    # ceiling of drafts in a batch")
+    prompt_passes: int = 0
+    prompt_seconds: float = 0.0

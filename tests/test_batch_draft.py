@@ -1,0 +1,136 @@
+"""Draft models in a batch (speculative/draft_phase.py), on the real model through the real llama.cpp: every lane's
+drafts come from one decode per depth, each lane's greedy text is its text alone up to near-ties, a sampled token
+follows the target's distribution, and a lane's draft cache never crosses scopes.
+
+The draft is the embedded model's first 12 of 18 blocks (the early-exit GGUF): a real second model that agrees
+often, and is wrong often enough that rejections are exercised."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec.batch.request import Request
+from localspec.batch.run import run_requests
+from localspec.bench.compare import NEAR_TIE_MARGIN
+from localspec.events import Step
+from localspec.runtime import BatchRuntime, Runtime
+from localspec.settings import (
+    GenerationSettings,
+    HistorySettings,
+    RuntimeSettings,
+    SamplingSettings,
+    Settings,
+    SpeculationSettings,
+)
+from localspec.speculative.jobs import Job
+from localspec.speculative.scheduler import Scheduler
+from tests.near_ties import top2_gap
+from tests.test_batch_real import PROMPTS
+
+K = 3
+EXIT = 12
+
+
+def draft_settings(model_path: Path, drafter: str = "early-exit", k: int | None = K) -> Settings:
+    return Settings(str(model_path), RuntimeSettings(n_ctx=1024),
+                    SpeculationSettings(drafter=drafter, k=k, exit_layer=EXIT, draft_model=str(model_path)),
+                    generation=GenerationSettings(max_tokens=32), history=HistorySettings("off"))
+
+
+@pytest.fixture(scope="module")
+def batch(model_path: Path) -> Iterator[BatchRuntime]:
+    with BatchRuntime.open(draft_settings(model_path), 4) as rt:
+        yield rt
+
+
+@pytest.fixture(scope="module")
+def single(model_path: Path) -> Iterator[Runtime]:
+    with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=1024), SpeculationSettings(drafter="none"),
+                               history=HistorySettings("off"))) as rt:
+        yield rt
+
+
+def alone(rt: Runtime, tokens: list[int], n: int) -> list[int]:
+    return [t.id for e in rt.generator.generate(tokens, GenerationSettings(max_tokens=n)) if isinstance(e, Step)
+            for t in e.emitted]
+
+
+def test_every_lane_drafts_in_one_decode_per_depth_and_stays_its_text_alone(batch: BatchRuntime,
+                                                                            single: Runtime) -> None:
+    phase = batch.drafts
+    assert phase is not None and phase.name == "early-exit"
+    requests = [Request(str(i), prompt=p, max_tokens=32 - 2 * i) for i, p in enumerate(PROMPTS)]  # 6 on 4 lanes
+    results = {r.id: r for r in run_requests(batch, requests)}
+    assert all(r.ok for r in results.values())
+    drafted = sum(r.stats.drafted for r in results.values())
+    accepted = sum(r.stats.accepted for r in results.values())
+    assert drafted > 0 and 0 < accepted < drafted  # drafts were verified, and some were rejected
+    # the deepest draft is k tokens: its last is the target's to verify, so k decodes, catch-ups folded in
+    assert phase.steps > 0 and phase.deepest <= K
+    for request in requests:
+        got = results[request.id]
+        tokens = single.prompt_tokens(request.prompt or "")
+        expected = alone(single, tokens, request.max_tokens or 0)
+        if got.tokens != expected:
+            j = next((i for i, (a, b) in enumerate(zip(got.tokens, expected, strict=False)) if a != b),
+                     min(len(got.tokens), len(expected)))
+            gap = top2_gap(single.model, tokens + expected[:j])
+            assert gap <= NEAR_TIE_MARGIN, f"request {request.id} diverged at {j}: top-2 gap {gap:.3f}"
+
+
+def test_a_sampled_lane_emits_the_targets_distribution(batch: BatchRuntime, single: Runtime) -> None:
+    """The first token of 240 seeded sampled answers drafted by the early-exit model, 4 lanes at a time, against the
+    target's own distribution (chi-square): rejection sampling holds per lane."""
+    from localspec.sampling import shape
+    from tests.stats_helpers import chi_square, chi_square_critical
+
+    prompt = single.prompt_tokens("My favourite colour is")
+    sampling = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
+    row = single.score(prompt, one_by_one_from=len(prompt))
+    p = shape(row, sampling)
+    draws = 240
+    jobs = [Job(prompt, GenerationSettings(max_tokens=2), SamplingSettings(temperature=1.0, top_k=8, top_p=1.0,
+                                                                           min_p=0.0, seed=seed), key=seed)
+            for seed in range(draws)]
+    scheduler = Scheduler(batch.lanes, batch.make_generator, batch.costs, parallel=batch.parallel,
+                          shapes=batch.shapes, drafts=batch.drafts)
+    first: dict[object, int] = {}
+    drafted = 0
+    for job, event in scheduler.run(jobs):
+        if isinstance(event, Step) and job.key not in first:
+            first[job.key] = event.emitted[0].id
+            drafted += len(event.accepted) + len(event.rejected)
+    assert len(first) == draws and drafted > draws // 2  # most first tokens were drafts to verify
+    observed = np.array([sum(1 for t in first.values() if t == int(i)) for i in p.ids])
+    assert observed.sum() == draws  # nothing outside the target's top 8
+    stat, df = chi_square(observed, p.probs)
+    assert stat < chi_square_critical(df), (stat, df)
+
+
+def test_auto_looks_up_first_and_drafts_with_the_model_where_lookup_finds_nothing(model_path: Path) -> None:
+    with BatchRuntime.open(draft_settings(model_path, "auto"), 2) as rt:
+        assert rt.drafts is not None and rt.drafts.name == "draft"
+        jobs = [Job(rt.prompt_tokens(p), GenerationSettings(max_tokens=24), key=i) for i, p in enumerate(PROMPTS[:3])]
+        scheduler = Scheduler(rt.lanes, rt.make_generator, rt.costs, parallel=rt.parallel, shapes=rt.shapes,
+                              drafts=rt.drafts)
+        kinds = {e.kind.split("/")[0] for _, e in scheduler.run(jobs) if isinstance(e, Step) and e.kind}
+    assert {"ngram", "draft"} <= kinds, kinds
+
+
+def test_a_draft_lane_keeps_no_cache_across_scopes(batch: BatchRuntime) -> None:
+    phase = batch.drafts
+    assert phase is not None
+    lane = phase.lanes[0]
+    prompt = batch.prompt_tokens(PROMPTS[0])
+    phase.claim(0, "alice")
+    lane.truncate(0)
+    batch.drafts.lanes.decode([__import__("localspec.passes", fromlist=["Part"]).Part(0, prompt, None)])
+    assert lane.tokens == prompt
+    phase.claim(0, "alice")
+    assert lane.tokens == prompt  # the same scope keeps its prefix
+    phase.claim(0, "bob")
+    assert lane.tokens == [] and lane.scope == "bob"
