@@ -11,6 +11,7 @@ from typing import Any
 from localspec._native import has_gpu_backend
 from localspec.drafters.base import Drafter
 from localspec.drafters.early_exit import default_exit_layer, early_exit_model
+from localspec.drafters.layer_skip import Subset, default_skip, layer_skip_model
 from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Device, Message, Model
@@ -159,7 +160,8 @@ def open_drafters(
     history: HistoryView | None = None,
 ) -> list[Drafter]:
     """The drafters for ``--drafter kind``; ``auto`` is a cascade: n-gram lookup, then the draft model if any."""
-    if not (kind in ("draft", "early-exit") or (kind == "auto" and speculation.draft_model)):
+    # ``auto`` never picks layer-skip: measured, no subset paid on this CPU (docs/performance.md)
+    if not (kind in ("draft", "early-exit", "layer-skip") or (kind == "auto" and speculation.draft_model)):
         drafters = lookup_drafters(kind, history)
         if drafters is None:
             raise UserError(f"unknown drafter {kind!r}")
@@ -183,5 +185,8 @@ def open_drafters(
     if kind == "early-exit":
         layer = speculation.exit_layer or default_exit_layer(target.n_layer)
         return [model_drafter(early_exit_model(target.path, layer, target.n_layer), "early-exit")]
+    if kind == "layer-skip":
+        subset = Subset.parse(speculation.skip_layers or default_skip(target.n_layer), target.n_layer)
+        return [model_drafter(layer_skip_model(target.path, subset), "layer-skip")]
     model = model_drafter(resolve(speculation.draft_model)[1], "draft")
     return [NgramDrafter(history=history), model] if kind == "auto" else [model]

@@ -59,20 +59,26 @@ class Subset:
 
     @classmethod
     def parse(cls, spec: str, n_layer: int) -> Subset:
-        """``--skip-layers`` ("8-19", "4,6-9"): blocks numbered from 0; the first and last must stay."""
-        skipped: set[int] = set()
-        for part in spec.replace(" ", "").split(","):
-            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-            if not m:
-                raise UserError(f"--skip-layers takes block numbers and ranges like 8-19 or 4,6-9, not {spec!r}")
-            lo, hi = int(m[1]), int(m[2] or m[1])
-            if lo > hi:
-                raise UserError(f"--skip-layers: the range {part} runs backwards")
-            skipped.update(range(lo, hi + 1))
-        if not skipped or min(skipped) < 1 or max(skipped) > n_layer - 2:
+        """``--skip-layers`` ("8-19", "4,6-9") for a model of ``n_layer`` blocks; the first and last must stay."""
+        skipped = parse_blocks(spec)
+        if min(skipped) < 1 or max(skipped) > n_layer - 2:
             raise UserError(f"--skip-layers must name blocks between 1 and {n_layer - 2} (this model has {n_layer}, "
                             f"numbered from 0; the first and last stay), not {spec!r}")
         return cls(n_layer, tuple(sorted(skipped)))
+
+
+def parse_blocks(spec: str) -> set[int]:
+    """Block numbers and ranges ("8-19", "4,6-9"), numbered from 0: UserError where it is not that."""
+    skipped: set[int] = set()
+    for part in spec.replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise UserError(f"--skip-layers takes block numbers and ranges like 8-19 or 4,6-9, not {spec!r}")
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        if lo > hi:
+            raise UserError(f"--skip-layers: the range {part} runs backwards")
+        skipped.update(range(lo, hi + 1))
+    return skipped
 
 
 def default_skip(n_layer: int) -> str:
