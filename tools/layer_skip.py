@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,9 +129,11 @@ def main() -> None:
         texts = greedy_texts(target, prompts, args.max_tokens)
         n = model.n_layer
         subsets = ([Subset.parse(s, n) for s in args.subsets.split(";")] if args.subsets else candidates(n))
-        print(f"{name}: {n} blocks; {len(prompts)} prompts of {suite.name}, {sum(map(len, texts))} target tokens",
-              file=sys.stderr)
-        rows = []
+        print(f"{name}, {n} blocks: {len(prompts)} prompts of {suite.name}, {sum(map(len, texts))} target tokens; "
+              f"{args.threads} thread(s)\n")
+        print("| blocks skipped | kept | top-1 agreement | tokens a step, k=1 / 2 / 4 | draft pass ÷ target pass "
+              "| expected speed ÷ target-only (best k) | target pass of 1 / 2 / 5 rows, ms |")
+        print("|---|---|---|---|---|---|---|", flush=True)
         for subset in subsets:
             with (Model(layer_skip_model(path, subset)) as m,
                   Context(m, n_ctx=2048, n_threads=args.threads, greedy_rows=args.max_tokens) as d):
@@ -140,18 +141,11 @@ def main() -> None:
                 t, one = time_passes(target, d, args.rounds)
             steps = {k: tokens_a_step(agrees, k) for k in range(1, K_MAX + 1)}
             speed = {k: steps[k] * t[1] / (k * one + t[k + 1]) for k in steps}
-            rows.append(Row(subset.slug, len(subset.kept), statistics.fmean(sum(agrees, [])), steps, one / t[1], speed))
-            print(f"  skip {subset.slug}: {rows[-1].agreement:.0%}, cost {rows[-1].cost_ratio:.2f}", file=sys.stderr)
-        target_ms = " · ".join(f"{k} {t[k] * 1000:.0f}" for k in sorted(t))
-    print(f"\n{name}, {n} blocks; target pass by rows, ms (last timing): {target_ms}\n")
-    print("| blocks skipped | kept | top-1 agreement | tokens a step, k=1 / 2 / 4 | draft pass ÷ target pass "
-          "| expected speed ÷ target-only (best k) |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        k, best = r.best()
-        print(f"| {r.subset} | {r.kept} of {n} | {r.agreement:.0%} | {r.tokens_a_step[1]:.2f} / "
-              f"{r.tokens_a_step[2]:.2f} / {r.tokens_a_step[4]:.2f} | {r.cost_ratio:.2f} | {best:.2f}x (k={k}) |")
-
+            r = Row(subset.slug, len(subset.kept), statistics.fmean(sum(agrees, [])), steps, one / t[1], speed)
+            k, best = r.best()
+            print(f"| {r.subset} | {r.kept} of {n} | {r.agreement:.0%} | {steps[1]:.2f} / {steps[2]:.2f} / "
+                  f"{steps[4]:.2f} | {r.cost_ratio:.2f} | {best:.2f}x (k={k}) | {t[1] * 1000:.0f} / "
+                  f"{t[2] * 1000:.0f} / {t[5] * 1000:.0f} |", flush=True)
 
 if __name__ == "__main__":
     main()
