@@ -82,9 +82,10 @@ def parse_blocks(spec: str) -> set[int]:
 
 
 def default_skip(n_layer: int) -> str:
-    """What ``--drafter layer-skip`` skips when not told: the middle half of the blocks (see docs/performance.md,
-    "Self-speculation by skipping blocks", for how subsets measured)."""
-    return f"{n_layer // 4}-{n_layer - 1 - n_layer // 4}"
+    """What ``--drafter layer-skip`` skips when not told: the middle third of the blocks, the best-agreeing subset
+    measured on Qwen2.5-Coder 1.5B (9-18 of 28: 79% against 53% for the middle half; docs/performance.md,
+    "Self-speculation by skipping blocks")."""
+    return f"{n_layer // 3}-{n_layer - 1 - n_layer // 3}"
 
 
 def layer_skip_model(target: Path, subset: Subset) -> Path:
