@@ -11,6 +11,7 @@ from typing import Any
 from localspec._native import has_gpu_backend
 from localspec.drafters.base import Drafter
 from localspec.drafters.early_exit import default_exit_layer, early_exit_model
+from localspec.drafters.layer_skip import Subset, default_skip, layer_skip_model
 from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Device, Message, Model
@@ -154,6 +155,10 @@ def model_draft(kind: str, speculation: SpeculationSettings, target: Model) -> t
     if kind == "early-exit":
         layer = speculation.exit_layer or default_exit_layer(target.n_layer)
         return early_exit_model(target.path, layer, target.n_layer), "early-exit"
+    if kind == "layer-skip":
+        subset = Subset.parse(speculation.skip_layers or default_skip(target.n_layer), target.n_layer)
+        return layer_skip_model(target.path, subset), "layer-skip"
+    # ``auto`` never picks layer-skip: measured, no subset paid on this CPU (docs/performance.md)
     if kind == "draft" or (kind == "auto" and speculation.draft_model):
         return resolve(speculation.draft_model)[1], "draft"
     return None

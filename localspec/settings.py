@@ -9,7 +9,7 @@ from localspec.endpoints import parse_endpoints
 from localspec.errors import UserError
 from localspec.structured.spec import ConstraintSpec
 
-DRAFTERS = ("none", "ngram", "draft", "early-exit", "auto")
+DRAFTERS = ("none", "ngram", "draft", "early-exit", "layer-skip", "auto")
 # those that need no model of their own: what a request to a server may ask for (``auto`` takes the server's draft
 # model too, if it has one) and what a replay can draft with (``auto`` is n-gram lookup without a draft model)
 MODEL_FREE_DRAFTERS = ("none", "ngram", "auto")
@@ -115,6 +115,7 @@ class SpeculationSettings:
     k: int | None = None
     k_max: int = 16
     exit_layer: int | None = None
+    skip_layers: str | None = None  # blocks a layer-skip draft leaves out ("8-19"); checked against the model
     p_min: float = 0.0
     branches: int = BRANCHES_DEFAULT  # the most candidates verified together as a token tree (1: one chain)
 
@@ -129,6 +130,12 @@ class SpeculationSettings:
             raise UserError("--drafter draft needs a draft model: pass --draft NAME|PATH (or use a --profile)")
         if self.exit_layer is not None and self.exit_layer < 1:
             raise UserError(f"--exit-layer must be at least 1, got {self.exit_layer}")
+        if self.skip_layers is not None:
+            if self.drafter != "layer-skip":
+                raise UserError("--skip-layers is for --drafter layer-skip")
+            from localspec.drafters.layer_skip import parse_blocks
+
+            parse_blocks(self.skip_layers)  # its form now, before a model loads; its range once one has
         if not (0.0 <= self.p_min < 1.0):
             raise UserError(f"--p-min must be in [0, 1), got {self.p_min}")
 

@@ -37,9 +37,9 @@ def bench(
         "--suite", "-s", help="JSONL file of {id, category, prompt, max_tokens?} rows. Default: the built-in suite "
         "(grounded copy/extract/edit, code, chat, creative).")] = None,
     drafters: Annotated[str | None, typer.Option(
-        "--drafters", help="Comma-separated drafters to compare: none, ngram, draft, early-exit, auto. Default: "
-        f"{DEFAULT_DRAFTERS} (+ draft when --draft is given). Target-only (none) is always measured. NAME:kN pins "
-        "one entry's draft length, NAME:bM its token-tree branches (NAME:kNbM both).")] = None,
+        "--drafters", help="Comma-separated drafters to compare: none, ngram, draft, early-exit, layer-skip, auto. "
+        f"Default: {DEFAULT_DRAFTERS} (+ draft when --draft is given). Target-only (none) is always measured. "
+        "NAME:kN pins one entry's draft length, NAME:bM its token-tree branches (NAME:kNbM both).")] = None,
     repeat: Annotated[int, typer.Option("--repeat", "-r", help="Runs of every (prompt, drafter); medians are "
                                         "reported.")] = 3,
     max_tokens: Annotated[int | None, typer.Option(

@@ -152,7 +152,7 @@ def _generate(
 def switched_off(drafter: str, k: int | None, stats: Stats) -> str | None:
     """A notice when the policy kept the drafter the user asked for (almost) off: its drafts did not pay here.
     (Off, a drafter is still probed now and then, so "almost": fewer drafted tokens than a quarter of the steps.)"""
-    if drafter not in ("draft", "early-exit") or k is not None or stats.target_passes < 4:
+    if drafter not in ("draft", "early-exit", "layer-skip") or k is not None or stats.target_passes < 4:
         return None
     if stats.drafted * 4 >= stats.target_passes:
         return None
