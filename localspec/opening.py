@@ -187,6 +187,7 @@ def open_draft_phase(
     if priced:
         with Context(draft, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                      greedy_rows=n_max) as probe:
+            probe.use_backend_sampler(False)  # priced as the phase reads its rows: logits
             costs = load_or_measure(probe, known_sha256(path), Device.of(draft, runtime.threads()), n_max, say=say,
                                     cancelled=cancelled, retry=retry)
         rows = min(parallel, n_max)

@@ -327,6 +327,9 @@ class BatchRuntime(Prompts):
                 drafts = open_draft_phase(*drafted, target, parallel, n_max, runtime, stack,
                                           priced=speculation.k is None, say=say, cancelled=cancelled,
                                           retry=not reproducible)
+                if drafts.lanes.n_ctx < lanes.n_ctx:
+                    notices.append(f"the draft model's sequences hold {drafts.lanes.n_ctx} tokens, the target's "
+                                   f"{lanes.n_ctx}: past that, a sequence drafts without it")
             elif lookup_drafters(speculation.drafter) is None:
                 raise UserError(f"unknown drafter {speculation.drafter!r}")
             history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)

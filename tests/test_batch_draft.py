@@ -17,6 +17,7 @@ from localspec.batch.request import Request
 from localspec.batch.run import run_requests
 from localspec.bench.compare import NEAR_TIE_MARGIN
 from localspec.events import Step
+from localspec.passes import Part
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import (
     GenerationSettings,
@@ -26,13 +27,16 @@ from localspec.settings import (
     Settings,
     SpeculationSettings,
 )
-from localspec.speculative.jobs import Job
+from localspec.speculative.jobs import Job, PassStats
 from localspec.speculative.scheduler import Scheduler
 from tests.near_ties import top2_gap
 from tests.test_batch_real import PROMPTS
 
 K = 3
 EXIT = 12
+LONG = ("Minutes of the garden committee. Present: Ana, Bo, Chen, Dara. The committee agreed to plant beans along "
+        "the north fence, to buy two new rain barrels, and to meet again on the first Monday of next month. Ana "
+        "will order the seeds; Bo will fetch the barrels. Summary of the decisions, one per line:\n")
 
 
 def draft_settings(model_path: Path, drafter: str = "early-exit", k: int | None = K) -> Settings:
@@ -63,14 +67,17 @@ def test_every_lane_drafts_in_one_decode_per_depth_and_stays_its_text_alone(batc
                                                                             single: Runtime) -> None:
     phase = batch.drafts
     assert phase is not None and phase.name == "early-exit"
-    requests = [Request(str(i), prompt=p, max_tokens=32 - 2 * i) for i, p in enumerate(PROMPTS)]  # 6 on 4 lanes
-    results = {r.id: r for r in run_requests(batch, requests)}
+    # 7 on 4 lanes; the last one's prompt is longer than a draft lane catches up in one phase (CATCH_UP)
+    prompts = [*PROMPTS, LONG]
+    requests = [Request(str(i), prompt=p, max_tokens=32 - 2 * i) for i, p in enumerate(prompts)]
+    stats = PassStats()
+    results = {r.id: r for r in run_requests(batch, requests, stats=stats)}
     assert all(r.ok for r in results.values())
     drafted = sum(r.stats.drafted for r in results.values())
     accepted = sum(r.stats.accepted for r in results.values())
     assert drafted > 0 and 0 < accepted < drafted  # drafts were verified, and some were rejected
     # the deepest draft is k tokens: its last is the target's to verify, so k decodes, catch-ups folded in
-    assert phase.steps > 0 and phase.deepest <= K
+    assert stats.draft_steps > 0 and stats.draft_deepest <= K
     for request in requests:
         got = results[request.id]
         tokens = single.prompt_tokens(request.prompt or "")
@@ -128,9 +135,36 @@ def test_a_draft_lane_keeps_no_cache_across_scopes(batch: BatchRuntime) -> None:
     prompt = batch.prompt_tokens(PROMPTS[0])
     phase.claim(0, "alice")
     lane.truncate(0)
-    batch.drafts.lanes.decode([__import__("localspec.passes", fromlist=["Part"]).Part(0, prompt, None)])
+    phase.lanes.decode([Part(0, prompt, None)])
     assert lane.tokens == prompt
     phase.claim(0, "alice")
     assert lane.tokens == prompt  # the same scope keeps its prefix
     phase.claim(0, "bob")
     assert lane.tokens == [] and lane.scope == "bob"
+
+
+def test_serve_drafts_every_request_with_the_model_and_a_request_may_leave_it_out(model_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from contextlib import contextmanager
+
+    from localspec.engine import Model
+    from tests.test_serve import PROMPTS as SERVE_PROMPTS
+    from tests.test_serve import _agree, start
+
+    serving = contextmanager(start)("--parallel", "2", "--ctx", "512", "-n", "24", "--drafter", "early-exit",
+                                    "--exit-layer", str(EXIT), "--k", str(K), env={"LOCALSPEC_HISTORY": "off"})
+    with serving as server:
+        client = server.client()
+
+        def ask(prompt: str, extra: dict | None = None):  # type: ignore[no-untyped-def]
+            return client.completions.create(model="default", prompt=prompt, max_tokens=24, temperature=0,
+                                             extra_body=extra)
+
+        with ThreadPoolExecutor(2) as pool:  # two requests drafted in the same phases
+            both = list(pool.map(ask, SERVE_PROMPTS[:2]))
+        plain = [ask(p, {"speculation": {"drafter": "none"}}) for p in SERVE_PROMPTS[:2]]
+        with Model(model_path) as model:
+            for prompt, drafted, alone in zip(SERVE_PROMPTS, both, plain, strict=False):
+                timings, off = drafted.model_extra["timings"], alone.model_extra["timings"]  # type: ignore[index]
+                assert timings["draft_n"] > 0 and off["draft_n"] == 0
+                assert _agree(model, prompt, drafted.choices[0].text, alone.choices[0].text)

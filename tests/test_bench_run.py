@@ -187,7 +187,6 @@ def test_bench_parallel_json_replays_on_the_table_asked_for(tmp_path: Path, mode
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--drafters", "none,ngram:b4"], "no token trees: drop ngram:b4"),
-    (["--drafters", "none,draft", "--draft", "x.gguf"], "drop draft from --drafters"),
     (["--anchors"], "leave --anchors out"),
 ])
 def test_bench_parallel_refuses_what_a_batch_cannot_run_instead_of_dropping_it(

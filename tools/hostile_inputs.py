@@ -143,9 +143,9 @@ def cases(work: Path, home_with_model: Path) -> list[Case]:
              ["batch", "odd.jsonl", "-o", "odd-out.jsonl", "-q"], 1, env=h),
         Case("batch", "localspec batch p.jsonl -o /dev/stdout -q | cat", ["batch", "p.jsonl", "-o", "/dev/stdout",
              "-q"], 0, env=h),
-        Case("batch", "localspec batch p.jsonl -o out.jsonl --drafter early-exit", ["batch", "p.jsonl", "-o",
-             "out.jsonl", "--drafter", "early-exit"], 2, env=h),
-        Case("serve", "localspec serve --drafter early-exit", ["serve", "--drafter", "early-exit"], 2, env=h),
+        Case("batch", "localspec batch p.jsonl -o out.jsonl --drafter draft   # no --draft", ["batch", "p.jsonl",
+             "-o", "out.jsonl", "--drafter", "draft"], 2, env=h),
+        Case("serve", "localspec serve --drafter draft   # no --draft", ["serve", "--drafter", "draft"], 2, env=h),
         Case("serve", "localspec serve --max-tokens 512 --max-tokens-cap 256", ["serve", "--max-tokens", "512",
              "--max-tokens-cap", "256"], 2, env=h),
         # the command itself

@@ -116,6 +116,7 @@ SERVERS = {
                      "tar -x -C DIR); also localspec-no-history@DIR",
     "llama-server": "llama.cpp's llama-server in its fastest greedy configuration (greedy sampling in its graph)",
     "llama-server-ngram": "llama-server with its n-gram speculation (--ngram-args), same configuration",
+    "llama-server-draft": "llama-server with the --profile's draft model (-md, --draft-args), same configuration",
     "llama-server-defaults": "llama-server with its default sampler chain",
     "llama-server-ngram-defaults": "llama-server's n-gram with its default sampler chain (at 1 client it beat the "
                                    "fast configuration on an H200, 845 against 730 tok/s)",
@@ -252,10 +253,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PROFILE: str | None = None  # --profile: a target/draft pair from models.toml instead of the embedded model
+
+
 def model_path() -> str:
+    if PROFILE is not None:
+        return str(profile_paths()[0])
     from localspec.models.embedded import ensure_default_model
 
     return str(ensure_default_model(progress=False))
+
+
+def profile_paths() -> tuple[Path, Path | None]:
+    """The --profile's target and draft files (pulled first: `localspec pull PROFILE`)."""
+    from localspec.models.registry import resolve_model, resolve_profile
+
+    assert PROFILE is not None
+    p = resolve_profile(PROFILE)
+    return resolve_model(p.target).path, resolve_model(p.draft).path if p.draft else None
 
 
 def llama_server_binary(args: argparse.Namespace) -> str | None:
@@ -278,7 +293,8 @@ def command(server: str, port: int, args: argparse.Namespace, model: str) -> lis
             raise FileNotFoundError(f"{server}: {code} holds no localspec package")
         return [*(["env", *env] if env else []), sys.executable, "-m", "localspec", "serve", "--port", str(port),
                 "--parallel", str(args.parallel), "--threads", threads, "--ctx", str(args.ctx), "--queue-timeout",
-                "600", *(["--drafter", "none"] if name == "localspec-plain" else [])]
+                "600", *(["--drafter", "none"] if name == "localspec-plain" else []),
+                *(["--profile", PROFILE] if PROFILE is not None else [])]
     if server.startswith("llama-server") and server in SERVERS:
         binary = llama_server_binary(args)
         if binary is None:
@@ -286,10 +302,18 @@ def command(server: str, port: int, args: argparse.Namespace, model: str) -> lis
         # -c is the whole KV cache, split evenly between the -np slots (not unified when -np is given). The model
         # carries no chat template: llama.cpp's built-in gemma one, as localspec falls back to for this architecture
         # (--no-jinja: with Jinja on, "gemma" is taken for a template text, and every prompt becomes that word).
+        # a --profile's model carries its own template (Jinja, as localspec renders it)
+        template = ["--jinja"] if PROFILE is not None else ["--no-jinja", "--chat-template", "gemma"]
         cmd = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--threads", threads,
                "--threads-batch", threads, "--parallel", str(args.parallel), "--ctx-size",
-               str(args.ctx * args.parallel), "--no-jinja", "--chat-template", "gemma", "--no-webui"]
+               str(args.ctx * args.parallel), *template, "--no-webui"]
         cmd += [] if server.endswith("-defaults") else FAST_GREEDY
+        if server.startswith("llama-server-draft"):
+            draft = profile_paths()[1] if PROFILE is not None else None
+            if draft is None:
+                raise FileNotFoundError(f"{server} needs a --profile with a draft model")
+            return cmd + ["--model-draft", str(draft), "--threads-draft", threads, "--threads-batch-draft", threads,
+                          "--ctx-size-draft", str(args.ctx * args.parallel), *shlex.split(args.draft_args)]
         return cmd + (shlex.split(args.ngram_args) if server.startswith("llama-server-ngram") else [])
     if server not in SERVERS:
         raise ValueError(f"unknown server {server!r}: known are {', '.join(SERVERS)}")
@@ -410,6 +434,11 @@ def main() -> None:
     ap.add_argument("--llama-server", help="the llama-server binary (default: .venv/bin/llama-server)")
     ap.add_argument("--ngram-args", default="--spec-type ngram-mod",
                     help="llama-server-ngram's speculation flags (default: its n-gram-mod drafts, as shipped)")
+    ap.add_argument("--draft-args", default="--spec-type draft-simple --spec-draft-n-max 3",
+                    help="llama-server-draft's speculation flags (default: draft-simple, 3 tokens)")
+    ap.add_argument("--profile", help="a target/draft pair from models.toml (e.g. qwen2.5-coder-1.5b) for every "
+                    "server: localspec serve --profile, llama-server --model TARGET (--model-draft DRAFT for "
+                    "llama-server-draft)")
     ap.add_argument("--base-url", help="load a server that is already running instead")
     ap.add_argument("--api-key", default=os.environ.get("LOCALSPEC_API_KEY", "x"))
     ap.add_argument("--json", action="store_true")
@@ -422,8 +451,9 @@ def main() -> None:
     ap.add_argument("--schemas", action="store_true", help="send each item's JSON schema (a structured suite's "
                     "'schema', e.g. --suite extract-json --items) as its response_format, to every server")
     args = ap.parse_args()
-    global USE_SCHEMAS
+    global USE_SCHEMAS, PROFILE
     USE_SCHEMAS = args.schemas
+    PROFILE = args.profile
     if args.warm_turns and not args.items:
         ap.error("--warm-turns goes with --items (a conversation's first turns are part of it)")
     reports = []

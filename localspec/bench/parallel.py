@@ -15,7 +15,7 @@ from typing import Any
 
 from localspec.batch.request import Request
 from localspec.batch.run import make_job, run_requests
-from localspec.bench.replay import CostTable, Known, replay_batch
+from localspec.bench.replay import REPLAYABLE, CostTable, Known, replay_batch
 from localspec.bench.report import Machine
 from localspec.bench.runner import split_variant
 from localspec.bench.suite import Suite
@@ -101,10 +101,11 @@ def live(settings: Settings, suite: Suite, drafters: list[str], parallel: int | 
 
 
 def replayed(known: list[Known], drafters: list[str], parallel: int, table: CostTable) -> list[Way]:
-    """The same outputs priced on ``table``: each drafter one at a time and batched."""
+    """The same outputs priced on ``table``: each drafter that needs no model (REPLAYABLE), one at a time and
+    batched."""
     return [Way(d, b, replay_batch(split_variant(d)[0], known, table, parallel if b else 1,
                                    k=split_variant(d)[1]).tokens_per_second)
-            for d in drafters for b in (False, True)]
+            for d in drafters if split_variant(d)[0] in REPLAYABLE for b in (False, True)]
 
 
 def _base(ways: list[Way]) -> float:

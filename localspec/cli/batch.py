@@ -179,6 +179,9 @@ class _Totals:
     passes: int = 0
     rows: int = 0
     shared_prefix_tokens: int = 0
+    draft_steps: int = 0  # a draft model's: steps it drafted in, and its decodes over them (PassStats)
+    draft_passes: int = 0
+    draft_deepest: int = 0
     interrupted: bool = False
 
     def add(self, result: Result) -> None:
@@ -208,7 +211,9 @@ class _Totals:
                 "seconds": round(self.seconds, 3),
                 "tokens_per_second": round(self.generated_tokens / self.seconds, 2) if self.seconds else 0.0,
                 "passes": self.passes, "mean_rows_per_pass": round(self.rows / self.passes, 2) if self.passes else 0.0,
-                "shared_prefix_tokens": self.shared_prefix_tokens, "interrupted": self.interrupted}
+                "shared_prefix_tokens": self.shared_prefix_tokens, "draft_steps": self.draft_steps,
+                "draft_passes": self.draft_passes, "draft_passes_deepest_step": self.draft_deepest,
+                "interrupted": self.interrupted}
 
 
 def check_paths(input_path: Path, output: Path | None, summary: Path | None) -> None:
@@ -271,6 +276,8 @@ def _run(rt: BatchRuntime, requests: list[Request], writer: ResultWriter, chat: 
                  totals.accepted / totals.drafted if totals.drafted else 0.0)
     totals.seconds = time.perf_counter() - start
     totals.passes, totals.rows, totals.shared_prefix_tokens = stats.passes, stats.rows, stats.shared_prefix_tokens
+    totals.draft_steps, totals.draft_passes, totals.draft_deepest = (stats.draft_steps, stats.draft_passes,
+                                                                     stats.draft_deepest)
     totals.interrupted = cancelled()
     return totals, results
 

@@ -58,8 +58,8 @@ def bench(
         rich_help_panel="Replay")] = None,
     parallel: Annotated[str | None, typer.Option(
         "--parallel", help="Run the suite as one batch of N sequences ('auto': as many as pay here) beside the same "
-        "prompts one at a time, for each of --drafters that drafts without a model (none, ngram, auto); live, "
-        "--repeat rounds (with --replay-costs, also priced on that table).")] = None,
+        "prompts one at a time, for each of --drafters (a draft model drafts every sequence at once); live, "
+        "--repeat rounds (with --replay-costs, also priced on that table: the drafters that need no model).")] = None,
     job: Annotated[bool, typer.Option(
         "--job", help="Run the suite in order as one job: each prompt drafts from the prompts before it (their "
         "target-only answers, kept in memory; never a prompt's own runs), and what the drafts from them are worth "
@@ -327,8 +327,6 @@ def _bench_parallel(options: Settings, suite: Suite, names: list[str], parallel:
     from localspec.bench.runner import split_variant
     from localspec.cli.batch import parse_parallel
     from localspec.engine import library_version
-    from localspec.runtime import lookup_drafters
-
     lanes = parse_parallel(parallel)
     if any(name in anchor_names for name in names):
         raise UserError("--parallel does not run the anchors (llama-cpp-python's own API runs one prompt at a time): "
@@ -336,16 +334,11 @@ def _bench_parallel(options: Settings, suite: Suite, names: list[str], parallel:
     drafters = []
     for name in names:
         drafter, _, branches = split_variant(name)
-        if lookup_drafters(drafter) is not None and (branches or 1) == 1:
+        if (branches or 1) == 1:
             drafters.append(name)  # NAME:kN runs too, each sequence with that fixed length
-        elif named and branches:
+        elif named:
             raise UserError(f"--parallel batches one chain per sequence, no token trees: drop {name} from --drafters "
                             "(or run it without --parallel)")
-        elif named:
-            raise UserError(f"--parallel runs drafters that need no model (none, ngram, auto, each with :kN if you "
-                            f"like): drop {name} from --drafters (or run it without --parallel)")
-    if not drafters:
-        raise UserError("--parallel compares drafters that need no model: give --drafters none,ngram")
     measured = par.live(options, suite, drafters, lanes, repeat, _note)
     runtime = options.runtime
     report = par.ParallelReport(

@@ -113,9 +113,10 @@ class Lanes:
             ends[p.lane] = start + len(p.tokens)
             spans.append((p.lane, start, p.tokens, p.want is not None))
         starts = context.decode_parts(spans)
+        for part in parts:  # the cache holds them now, whatever reading an output below does
+            self.lanes[part.lane].tokens.extend(part.tokens)
         out: list[Outputs | None] = []
         for part, start in zip(parts, starts, strict=True):
-            self.lanes[part.lane].tokens.extend(part.tokens)
             n = len(part.tokens)
             if part.want is None:
                 out.append(None)

@@ -141,8 +141,11 @@ class Service:
                 for ticket in list(self.queue.running):
                     ticket.deliver(Failed(f"generation failed: {type(e).__name__}: {e}"))
                 self.queue.running.clear()
+                drafts = self.rt.drafts.lanes if self.rt.drafts is not None else None
                 for lane in range(len(self.rt.lanes)):  # no lane's cache can be trusted after a failed pass
                     self.rt.lanes[lane].truncate(0)
+                    if drafts is not None:  # nor its draft lane's
+                        drafts[lane].truncate(0)
 
     def _idle(self) -> None:
         self.queue.wait()

@@ -29,6 +29,10 @@ from localspec.tokens import common_prefix
 
 # a catch-up at least this long (a prompt) first looks for a draft lane of the same scope that holds it already
 SHARE_FROM = 16
+# the most catch-up tokens a lane decodes in one phase: a longer one (a prompt at its lane's first draft) goes a chunk
+# a step, its lane drafting nothing until it is done, as the target's prompts are chunked (scheduler.PREFILL_CHUNK):
+# no lane waits on another's draft prefill for much more than a draft decode
+CATCH_UP = 32
 
 
 class DraftLane(Protocol):
@@ -42,6 +46,7 @@ class DraftLanes(Protocol):
     """The draft model's sequences: engine.lanes.Lanes on the draft model, or a toy in tests."""
 
     n_batch: int
+    n_ctx: int  # tokens one lane may hold
 
     def __len__(self) -> int: ...
     def __getitem__(self, lane: int) -> DraftLane: ...
@@ -69,21 +74,28 @@ class LaneDrafter:
     ) -> None:
         self.phase, self.lane, self.sampling, self.rng = phase, lane, sampling, rng
         self.name, self.p_min = name, p_min
+        self._asked: int | None = None  # what its lane held when it was last asked (all of it agreed with the history)
 
     def begin(self, history: Sequence[int]) -> None:
         lane = self.phase.lanes[self.lane]
         lane.truncate(common_prefix(lane.tokens, history[:-1]))
 
     def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
-        if cap <= 0:
+        if cap <= 0 or len(history) + cap > self.phase.lanes.n_ctx:  # (a draft model's lanes may be shorter)
             return Draft(drafter=self.name, kind=self.name)
+        self._asked = len(self.phase.lanes[self.lane].tokens)
         raise DraftWanted(self, list(history), cap)
 
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
-        # the lane holds the history it drafted after, then its drafts; the accepted ones agree with the new history
-        # up to its last token (the target's own): the rest goes
+        # the lane holds the history it drafted after, then its drafts: it keeps what agrees with the new history up
+        # to its last token (the target's own). Only what it decoded since it was asked can disagree (a rejected
+        # draft, or filler the target took where the draft had other tokens)
         lane = self.phase.lanes[self.lane]
-        lane.truncate(min(len(lane.tokens), len(history) - 1))
+        keep = min(len(lane.tokens), len(history) - 1)
+        if self._asked is not None:
+            keep = next((i for i in range(self._asked, keep) if lane.tokens[i] != history[i]), keep)
+            self._asked = None
+        lane.truncate(keep)
 
     def close(self) -> None:
         """Nothing: the draft lanes are the runtime's."""
@@ -97,7 +109,7 @@ class _Request:
 
 
 class DraftPhase:
-    """Drafts every lane's request at once on ``lanes``; counts its decodes (``decodes``, over ``steps``)."""
+    """Drafts every lane's request at once on ``lanes``; counts its decodes (``decodes``)."""
 
     def __init__(
         self, lanes: DraftLanes, *, name: str = "draft", token_seconds: float = 0.0,
@@ -110,8 +122,7 @@ class DraftPhase:
         self.token_seconds = token_seconds
         self.clock = clock
         self.decodes = 0  # draft decodes, catch-ups that did not fit beside the first draft rows included
-        self.steps = 0  # steps that drafted
-        self.deepest = 0  # the most decodes one step took
+        self.depth = 0  # the last phase's decodes, one per depth of its deepest draft
 
     def claim(self, lane: int, scope: str) -> None:
         """A job of ``scope`` starts on ``lane``: what another scope left in its draft lane goes first (a prefix
@@ -122,22 +133,30 @@ class DraftPhase:
             draft.scope = scope
 
     def draft(self, wanted: Sequence[DraftWanted]) -> list[tuple[Draft, float]]:
-        """Each request's draft, with its share of the phase's seconds (by the tokens it drafted)."""
+        """Each request's draft, with its share of the phase's seconds (by the rows it put in: its catch-up and its
+        drafted tokens). A lane still catching up a long prompt drafts nothing this time."""
         started = self.clock()
         requests = [_Request(w, [], None if w.drafter.sampling.greedy else []) for w in wanted]
         backlogs = self._fed(wanted, [self._backlog(w) for w in wanted])
+        rows = [len(b) for b in backlogs]
         parts: list[Part] = []
-        for w, backlog in zip(wanted, backlogs, strict=True):
+        going: list[_Request] = []
+        for i, (r, backlog) in enumerate(zip(requests, backlogs, strict=True)):
+            lane = r.wanted.drafter.lane
+            if len(backlog) > CATCH_UP:
+                parts.append(Part(lane, backlog[:CATCH_UP], None))
+                rows[i] = CATCH_UP
+                continue
             if len(backlog) > 1:
-                parts.append(Part(w.drafter.lane, backlog[:-1], None))  # caught up beside the first draft row
-            parts.append(Part(w.drafter.lane, backlog[-1:], "logits"))
-        going = requests
-        decodes = 0
-        while going:
-            rows = [out for out in self.lanes.decode(parts) if out is not None]
-            decodes += 1
+                parts.append(Part(lane, backlog[:-1], None))  # caught up beside the first draft row
+            parts.append(Part(lane, backlog[-1:], "logits"))
+            going.append(r)
+        self.depth = 0
+        while parts:
+            outputs = [out for out in self.lanes.decode(parts) if out is not None]
+            self.depth += 1
             parts, still = [], []
-            for r, out in zip(going, rows, strict=True):
+            for r, out in zip(going, outputs, strict=True):
                 d = r.wanted.drafter
                 picked = pick(np.asarray(out)[-1], d.sampling, d.rng, d.p_min)
                 if picked is None:
@@ -150,13 +169,11 @@ class DraftPhase:
                     parts.append(Part(d.lane, [token], "logits"))
                     still.append(r)
             going = still
-        self.decodes += decodes
-        self.steps += 1
-        self.deepest = max(self.deepest, decodes)
+        self.decodes += self.depth
         seconds = self.clock() - started
-        total = sum(max(1, len(r.tokens)) for r in requests)
-        return [(Draft(r.tokens, r.dists, r.wanted.drafter.name, r.wanted.drafter.name),
-                 seconds * max(1, len(r.tokens)) / total) for r in requests]
+        rows = [n + len(r.tokens) for n, r in zip(rows, requests, strict=True)]
+        return [(Draft(r.tokens, r.dists, r.wanted.drafter.name, r.wanted.drafter.name), seconds * n / sum(rows))
+                for r, n in zip(requests, rows, strict=True)]
 
     def _backlog(self, wanted: DraftWanted) -> list[int]:
         """What the request's draft lane must decode to draft after its history (at least the last token)."""

@@ -47,3 +47,7 @@ class PassStats:
     # ceiling of drafts in a batch")
     prompt_passes: int = 0
     prompt_seconds: float = 0.0
+    # a draft model's phase (draft_phase.py): the steps it drafted in, its decodes over them, the most in one step
+    draft_steps: int = 0
+    draft_passes: int = 0
+    draft_deepest: int = 0

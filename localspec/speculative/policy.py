@@ -116,7 +116,8 @@ class DraftPolicy:
             self._lookups = True
             return min(room, self.k_max)
         k = self.best_k(drafter.name, drafter.name, room)
-        if k and self.depths is not None:  # a device with pass shapes: ``pad`` fills the draft up to the pass's size
+        # a device with pass shapes: ``pad`` fills the draft up to the pass's size (in a batch, the scheduler does)
+        if k and self.depths is not None and not self.in_batch:
             if self.fixed is None:
                 self._step_depth = k = self._model_depth(drafter.name, room, k)
             elif self._lookups:  # k as asked, in the pass a lookup's pinned k pads to (auto alternates the two)

@@ -230,9 +230,9 @@ class Scheduler:
             try:
                 f.plan = f.generator.plan(f.run.history, room)
                 rows = len(f.plan.rows)
-            except DraftWanted as w:  # priced as asked until the phase answers
+            except DraftWanted as w:  # priced as asked until the phase answers (a grammar's forced tokens lead)
                 wanted.append((f, w))
-                rows = 1 + w.cap
+                rows = 1 + len(w.history) - len(f.run.history) + w.cap
             f.draft_seconds = self.clock() - t0
             f.last = (rows, policy.expected if rows > 1 else 1.0)
             rows_before += rows
@@ -276,8 +276,14 @@ class Scheduler:
     def _drafted(self, wanted: list[tuple[_Flight, DraftWanted]], planned: list[_Flight]) -> int:
         """The draft phase: every model draft of the pass at once, then those sequences' plans with their drafts.
         Returns the pass's rows."""
-        assert self.drafts is not None
-        for (f, _), (draft, seconds) in zip(wanted, self.drafts.draft([w for _, w in wanted]), strict=True):
+        phase, stats = self.drafts, self.stats
+        assert phase is not None
+        decodes = phase.decodes
+        drafts = phase.draft([w for _, w in wanted])
+        stats.draft_steps += 1
+        stats.draft_passes += phase.decodes - decodes
+        stats.draft_deepest = max(stats.draft_deepest, phase.depth)
+        for (f, _), (draft, seconds) in zip(wanted, drafts, strict=True):
             t0 = self.clock()
             f.plan = f.generator.plan(f.run.history, f.room, draft)
             f.draft_seconds += seconds + self.clock() - t0
