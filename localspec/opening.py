@@ -179,9 +179,9 @@ def open_draft_phase(
     priced: bool = True, say: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
     retry: bool = True,
 ) -> DraftPhase:
-    """A batch's draft model: a lane per target lane, and what a drafted token costs when they all draft at once
-    (measured once per machine on a probe context, as the target's pass costs are; not where k is pinned:
-    ``priced``)."""
+    """A batch's draft model: a lane per target lane, and what a drafted token costs a lane that drafts alone (one
+    row a decode: every lane waits for the phase), measured once per machine on a probe context as the target's pass
+    costs are (not where k is pinned: ``priced``); the lanes' shares of the phases they draft in correct it."""
     draft = open_draft_model(path, target, runtime, stack, cancelled)
     token_seconds = 0.0
     if priced:
@@ -190,8 +190,7 @@ def open_draft_phase(
             probe.use_backend_sampler(False)  # priced as the phase reads its rows: logits
             costs = load_or_measure(probe, known_sha256(path), Device.of(draft, runtime.threads()), n_max, say=say,
                                     cancelled=cancelled, retry=retry)
-        rows = min(parallel, n_max)
-        token_seconds = costs.seconds[rows] / rows
+        token_seconds = costs.seconds[1]
     lanes = stack.enter_context(Lanes(draft, parallel, n_ctx=runtime.n_ctx, n_threads=runtime.threads(),
                                       n_batch=runtime.n_batch, max_rows=parallel))
     lanes.context.use_backend_sampler(False)  # drafts read logits: q for sampled lanes, p_min for all

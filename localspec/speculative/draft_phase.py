@@ -117,8 +117,8 @@ class DraftPhase:
     ) -> None:
         self.lanes = lanes
         self.name = name  # its drafters' ("draft", "early-exit"): their drafts' kind
-        # what a drafted token costs where every lane drafts at once (a decode of that many rows, shared): the
-        # policy's first price, corrected by each lane's share of the phases it drafted in
+        # what a drafted token costs a lane drafting alone (a decode of one row): the policy's first price,
+        # corrected by each lane's share of the phases it drafted in
         self.token_seconds = token_seconds
         self.clock = clock
         self.decodes = 0  # draft decodes, catch-ups that did not fit beside the first draft rows included
