@@ -112,7 +112,7 @@ def test_resuming_keeps_successes_drops_failures_and_a_torn_line(tmp_path: Path)
     (["{good}", "-o", "{out}", "--parallel", "many"], "--parallel must be 'auto' or a number"),
     (["{good}", "-o", "{out}", "--replay-costs", "h100"], "add --summary FILE"),
     (["{good}", "-o", "{out}", "--replay-costs", "nope", "--summary", "{out}.s"], "no cost table"),
-    (["{good}", "-o", "{out}", "--drafter", "early-exit"], "n-gram lookup only"),
+    (["{good}", "-o", "{out}", "--drafter", "draft"], "--drafter draft needs a draft model"),
     (["{good}", "-o", "{out}", "--temperature", "-1"], "--temperature must be between 0 and 5"),
     (["{good}", "-o", "{out}", "--max-tokens", "100", "--max-tokens-cap", "50"], "is over --max-tokens-cap 50"),
     # the prompts as the results: compared as files, not names

@@ -55,6 +55,15 @@ def context(model_path: Path) -> Iterator[Context]:
         yield ctx
 
 
+@pytest.fixture(scope="module")
+def one_thread(model_path: Path) -> Iterator[Context]:
+    """A context on one thread: beside processes that hold the cores, llama.cpp on all of them runs some passes
+    about 100x slower (its threads wait on each other), which would make the test minutes long, not the mechanism
+    it checks."""
+    with Model(model_path) as model, Context(model, n_ctx=512, n_threads=1, greedy_rows=N_MAX) as ctx:
+        yield ctx
+
+
 @pytest.fixture
 def spinners() -> Iterator[None]:
     """Two processes that keep both cores busy, as a compile beside a calibration would."""
@@ -69,8 +78,9 @@ def spinners() -> Iterator[None]:
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="other processes' CPU time is read from /proc/stat")
 def test_a_calibration_beside_a_busy_process_is_provisional_and_measured_again(
-    context: Context, spinners: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    one_thread: Context, spinners: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    context = one_thread
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     said: list[str] = []
     first = load_or_measure(context, "f" * 64, CPU, N_MAX, say=said.append)

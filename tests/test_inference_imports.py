@@ -20,7 +20,9 @@ PACKAGE = ROOT / "localspec"
 INFERENCE = sorted(
     [PACKAGE / "runtime.py", *(p for d in ("engine", "speculative", "drafters") for p in (PACKAGE / d).rglob("*.py"))]
 )
-ALLOWED = {"localspec.models.files", "localspec.models.registry", "localspec.models.gguf_header"}
+# gguf_edit: writing a GGUF's header (layer-skip drafts), on disk only
+ALLOWED = {"localspec.models.files", "localspec.models.registry", "localspec.models.gguf_header",
+           "localspec.models.gguf_edit"}
 
 
 def _imported(tree: ast.AST) -> set[str]:

@@ -243,9 +243,11 @@ def test_drafter_key_changes_the_drafter_for_the_next_answer(model_path: Path) -
         await ask(pilot, "Say hello.")
         assert app.rt is not None and app.rt.drafter_name == "ngram"
         assert app.conversation.turns[-1].drafter == "ngram"
-        # the cycle skips `draft` when no --draft model was given: ngram → early-exit → auto → none
+        # the cycle skips `draft` when no --draft model was given: ngram → early-exit → layer-skip → auto → none
         await pilot.press("f2")
         assert app.drafter_choice == "early-exit"
+        await pilot.press("f2")
+        assert app.drafter_choice == "layer-skip"
         await pilot.press("f2", "f2")
         assert app.drafter_choice == "none"
 

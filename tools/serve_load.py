@@ -313,7 +313,7 @@ def command(server: str, port: int, args: argparse.Namespace, model: str) -> lis
             if draft is None:
                 raise FileNotFoundError(f"{server} needs a --profile with a draft model")
             return cmd + ["--model-draft", str(draft), "--threads-draft", threads, "--threads-batch-draft", threads,
-                          "--ctx-size-draft", str(args.ctx * args.parallel), *shlex.split(args.draft_args)]
+                          *shlex.split(args.draft_args)]
         return cmd + (shlex.split(args.ngram_args) if server.startswith("llama-server-ngram") else [])
     if server not in SERVERS:
         raise ValueError(f"unknown server {server!r}: known are {', '.join(SERVERS)}")

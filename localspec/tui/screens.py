@@ -37,7 +37,7 @@ Keys
   F4            copy the last answer (Ctrl+C copies text selected in the input)
   Ctrl+O        saved conversations: Enter resumes one, d deletes it (asks)
   Ctrl+L        start a new conversation (asks first; a saved one stays saved)
-  F2            next drafter: none → ngram → draft → early-exit → auto
+  F2            next drafter: none → ngram → draft → early-exit → layer-skip → auto
   Ctrl+G        show / hide rejected drafts
   Ctrl+S        save the transcript as Markdown (the chat says where)
   F1, or ?      this help (? in an empty input)
