@@ -16,6 +16,15 @@ MODEL_FREE_DRAFTERS = ("none", "ngram", "auto")
 TEMPERATURE_MAX = 5.0
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, a container's cpuset), else the machine's: llama.cpp on more
+    threads than that runs some passes ~100x slower, its threads waiting on each other (docs/performance.md)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingSettings:
     """How a distribution is shaped and drawn from. temperature 0 means greedy (argmax)."""
@@ -83,7 +92,7 @@ class RuntimeSettings:
     def threads(self) -> int:
         if self.n_threads:
             return self.n_threads
-        return max(1, os.cpu_count() or 1)
+        return usable_cores()
 
     def validate(self) -> None:
         if self.n_ctx < 16:

@@ -16,6 +16,14 @@ import localspec as _localspec  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".localspec-home"))
+# run in parallel (pytest-xdist, scripts/test), each worker keeps to a core of its own, and so do the processes it
+# starts: llama.cpp then runs one thread a worker (settings.usable_cores) instead of every worker's threads on every
+# core, which runs some passes ~100x slower
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and hasattr(os, "sched_setaffinity"):
+    _cores = sorted(os.sched_getaffinity(0))
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= len(_cores):
+        os.sched_setaffinity(0, {_cores[int(_worker[2:]) % len(_cores)]})
 # no history by default, whatever the shell set: a lossless test that first runs target-only would otherwise draft
 # that very answer from it, and no test may read or write one on disk by accident. The history's own tests opt in
 # (the ``history_on`` fixture, or settings and flags of their own) and keep files under a LOCALSPEC_HOME of their own

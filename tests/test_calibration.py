@@ -18,12 +18,20 @@ from localspec.bench.replay import CostTable, load_cost_table, replay
 from localspec.bench.suite import load_suite
 from localspec.cli import app
 from localspec.engine import Context, Device, Model, library_version
+from localspec.engine.backend import describe_device
 from localspec.engine.context import backend_sampling_available
 from localspec.engine.device import device_name
 from localspec.events import Step
 from localspec.models.files import known_sha256
 from localspec.runtime import Runtime
-from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from localspec.settings import (
+    GenerationSettings,
+    RuntimeSettings,
+    SamplingSettings,
+    Settings,
+    SpeculationSettings,
+    usable_cores,
+)
 from localspec.speculative.calibrate import (
     RETRIES,
     Calibration,
@@ -43,7 +51,7 @@ N_MAX = 2  # sizes to time in these tests: enough to see the mechanism, quick on
 
 def _cpu(threads: int) -> Device:
     """This machine's CPU as a runtime that offloads nothing sees it."""
-    return Device(threads, 0, False, "", device_name(0), f"CPU ({threads} threads)")
+    return Device(threads, 0, False, "", device_name(0), describe_device(0, 0, threads))
 
 
 CPU = _cpu(2)
@@ -247,11 +255,12 @@ def test_calibrate_command_shows_the_figures_how_they_were_measured_and_pass_sha
 ) -> None:
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     figures = {n: 0.01 * n for n in range(1, 18)}
+    threads = usable_cores()  # (more threads than cores would make the shapes' timing minutes long)
     for how in ("argmax", "logits"):  # whichever way this machine reads passes back (choose_reads)
-        path = cache_path(known_sha256(model_path), _cpu(2), 17, how)
+        path = cache_path(known_sha256(model_path), _cpu(threads), 17, how)
         Calibration(figures, dict.fromkeys(figures, "how"), "cpu", provisional="busy", path=path).save()
-    result = CliRunner().invoke(app, ["calibrate", "--show", "--shapes", "--model", str(model_path), "--threads", "2",
-                                      "--gpu-layers", "0"])
+    result = CliRunner().invoke(app, ["calibrate", "--show", "--shapes", "--model", str(model_path), "--threads",
+                                      str(threads), "--gpu-layers", "0"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     warmup = lines.index(next(line for line in lines if "warm-up" in line))

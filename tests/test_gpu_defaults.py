@@ -44,19 +44,19 @@ def test_device_descriptions():
 
 @cpu_build_only
 def test_an_explicit_gpu_layers_on_a_cpu_build_says_so_once_and_runs_on_the_cpu(model_path):
-    result = localspec(["run", "hi", "--max-tokens", "1", "--drafter", "none", "--gpu-layers", "-1", "--threads", "2"])
+    result = localspec(["run", "hi", "--max-tokens", "1", "--drafter", "none", "--gpu-layers", "-1", "--threads", "1"])
     assert result.code == 0, result.stderr
     notices = [line for line in result.stderr.splitlines() if "GPU" in line]
     assert notices == [f"localspec: {NO_GPU_OFFLOAD}"], result.stderr
-    assert "stop: " in result.stderr and "· CPU (2 threads)" in result.stderr
+    assert "stop: " in result.stderr and "· CPU (1 thread)" in result.stderr
 
 
 @cpu_build_only
 def test_the_default_on_a_cpu_build_says_nothing_about_the_gpu_and_reports_the_cpu(model_path):
-    result = localspec(["run", "hi", "--max-tokens", "1", "--drafter", "none", "--threads", "2", "--json"])
+    result = localspec(["run", "hi", "--max-tokens", "1", "--drafter", "none", "--threads", "1", "--json"])
     assert result.code == 0, result.stderr
     assert "GPU" not in result.stderr
-    assert json.loads(result.stdout)["stats"]["device"] == "CPU (2 threads)"
+    assert json.loads(result.stdout)["stats"]["device"] == "CPU (1 thread)"
 
 
 @gpu_build_only
@@ -67,12 +67,12 @@ def test_the_default_on_a_gpu_build_offloads_every_layer(model_path):
 
 
 def test_runtime_reports_its_device(model_path):
-    runtime = RuntimeSettings(n_ctx=256, n_threads=2)
+    runtime = RuntimeSettings(n_ctx=256, n_threads=1)
     with Runtime.open(Settings(str(model_path), runtime, SpeculationSettings(drafter="none"))) as rt:
         if GPU_BUILD:
             assert rt.device.description.startswith(f"GPU: all {rt.model.n_layer} layers offloaded (")
         else:
-            assert rt.device.description == "CPU (2 threads)"
+            assert rt.device.description == "CPU (1 thread)"
             assert rt.notices == []
 
 
@@ -80,7 +80,7 @@ def test_runtime_reports_its_device(model_path):
 def test_calibration_is_not_keyed_by_gpu_layers_on_a_cpu_build(model_path, capsys):
     fake_hash = uuid.uuid4().hex  # a key no earlier run can have cached
     try:
-        with Model(model_path) as model, Context(model, n_ctx=128, n_threads=2) as ctx:
+        with Model(model_path) as model, Context(model, n_ctx=128, n_threads=1) as ctx:
             first = load_or_measure(ctx, fake_hash, Device.of(model, 2), 2).seconds
             assert "measuring" in capsys.readouterr().err
             for gpu_layers in (-1, 5):

@@ -118,15 +118,16 @@ def offloaded_layers(requested: int, n_layer: int, remote: bool = False) -> int:
 def describe_device(gpu_layers: int, n_layer: int, threads: int, remote: str = "") -> str:
     """Where a model with ``gpu_layers`` offloaded layers (of ``n_layer`` + 1) runs, in a few words; ``remote``:
     the RPC servers that hold them."""
+    cpu = f"{threads} thread{'' if threads == 1 else 's'}"
     if remote and gpu_layers > 0:
-        rest = "" if gpu_layers >= n_layer + 1 else f", the rest on the CPU ({threads} threads)"
+        rest = "" if gpu_layers >= n_layer + 1 else f", the rest on the CPU ({cpu})"
         return f"RPC {remote}: {min(gpu_layers, n_layer + 1)} of {n_layer + 1} layers{rest}"
     if gpu_layers <= 0:
-        return f"CPU ({threads} threads)"
+        return f"CPU ({cpu})"
     if gpu_layers >= n_layer + 1:
         return f"GPU: all {n_layer} layers offloaded ({gpu_backend_name()})"
     return (f"GPU: {gpu_layers} of {n_layer + 1} layers offloaded ({gpu_backend_name()}),"
-            f" the rest on the CPU ({threads} threads)")
+            f" the rest on the CPU ({cpu})")
 
 
 _lib: ctypes.CDLL | None = None

@@ -35,14 +35,15 @@ from localspec.engine.rpc import no_room
 from localspec.engine.sampler_chain import backend_sampling_available, greedy_chain, stage_name
 from localspec.engine.trees import TreePasses
 from localspec.errors import ContextFullError, RollbackUnsupported
+from localspec.settings import usable_cores
 
 
 class Context(TreePasses):
     """A ``llama_context*`` for sequence 0, with a reusable batch whose arrays are numpy views."""
 
     def __init__(
-        self, model: Model, *, n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 512, greedy_rows: int = 0,
-        n_seq: int = 1,
+        self, model: Model, *, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+        greedy_rows: int = 0, n_seq: int = 1,
     ) -> None:
         """``greedy_rows`` > 0: the most positions one pass scores, logits or argmax (a verifier's k_max + 1), and
         ``decode_argmax`` served by llama.cpp's backend greedy sampler where this build has one; 0: up to n_batch
@@ -57,8 +58,7 @@ class Context(TreePasses):
         params.n_seq_max = n_seq
         # one cache shared by all sequences: a tree's branches share the history's cells instead of copying them
         params.kv_unified = n_seq > 1
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
+        params.n_threads = params.n_threads_batch = n_threads or usable_cores()
         params.no_perf = True
         # Sliding-window models (Gemma 3) can drop a suffix of positions only with a full-size SWA cache.
         params.swa_full = True

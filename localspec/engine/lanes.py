@@ -75,7 +75,7 @@ class Lanes:
     """``n_lanes`` sequences of up to ``n_ctx`` tokens each in one context; a pass outputs at most ``max_rows`` rows."""
 
     def __init__(
-        self, model: Model, n_lanes: int, *, n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 512,
+        self, model: Model, n_lanes: int, *, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
         max_rows: int = 64,
     ) -> None:
         # one cache for all lanes: n_ctx cells each (a lane never holds more; the scheduler keeps to that)

@@ -373,14 +373,26 @@ class _OtherLoad:
 
 
 def _system_busy() -> float | None:
-    """CPU seconds every process has used since boot, steal time (the hypervisor's other guests) included."""
+    """CPU seconds every process has used since boot on the cores this process may run on (another process pinned
+    to other cores does not slow it), steal time (the hypervisor's other guests) included."""
+    try:
+        mine = {f"cpu{n}" for n in os.sched_getaffinity(0)}
+    except AttributeError:  # not Linux: the machine's total line
+        mine = None
     try:
         with open("/proc/stat", encoding="ascii") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+            lines = [line.split() for line in f if line.startswith("cpu")]
+    except OSError:
         return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    rows = [line for line in lines[1:] if line[0] in mine] if mine else lines[:1]
+    try:
+        total = 0
+        for row in rows or lines[:1]:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = ([int(x) for x in row[1:]] + [0] * 8)[:8]
+            total += user + nice + system + irq + softirq + steal
+    except ValueError:
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu() -> float:
