@@ -330,8 +330,6 @@ class BatchRuntime(Prompts):
                 if drafts.lanes.n_ctx < lanes.n_ctx:
                     notices.append(f"the draft model's sequences hold {drafts.lanes.n_ctx} tokens, the target's "
                                    f"{lanes.n_ctx}: past that, a sequence drafts without it")
-            elif lookup_drafters(speculation.drafter) is None:
-                raise UserError(f"unknown drafter {speculation.drafter!r}")
             history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
             return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, device,
                        notices, calibration, shapes, stack, history, say=say, measured_costs=measured, drafts=drafts)

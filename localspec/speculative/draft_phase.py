@@ -109,7 +109,7 @@ class _Request:
 
 
 class DraftPhase:
-    """Drafts every lane's request at once on ``lanes``; counts its decodes (``decodes``)."""
+    """Drafts every lane's request at once on ``lanes``."""
 
     def __init__(
         self, lanes: DraftLanes, *, name: str = "draft", token_seconds: float = 0.0,
@@ -121,8 +121,7 @@ class DraftPhase:
         # corrected by each lane's share of the phases it drafted in
         self.token_seconds = token_seconds
         self.clock = clock
-        self.decodes = 0  # draft decodes, catch-ups that did not fit beside the first draft rows included
-        self.depth = 0  # the last phase's decodes, one per depth of its deepest draft
+        self.depth = 0  # the last phase's decodes: one per depth of its deepest draft
 
     def claim(self, lane: int, scope: str) -> None:
         """A job of ``scope`` starts on ``lane``: what another scope left in its draft lane goes first (a prefix
@@ -137,15 +136,16 @@ class DraftPhase:
         drafted tokens). A lane still catching up a long prompt drafts nothing this time."""
         started = self.clock()
         requests = [_Request(w, [], None if w.drafter.sampling.greedy else []) for w in wanted]
-        backlogs = self._fed(wanted, [self._backlog(w) for w in wanted])
-        rows = [len(b) for b in backlogs]
+        # every lane's catch-up and first draft row fit one decode
+        most = min(CATCH_UP, self.lanes.n_batch // len(wanted) - 1)
+        rows: list[int] = []
         parts: list[Part] = []
         going: list[_Request] = []
-        for i, (r, backlog) in enumerate(zip(requests, backlogs, strict=True)):
-            lane = r.wanted.drafter.lane
-            if len(backlog) > CATCH_UP:
-                parts.append(Part(lane, backlog[:CATCH_UP], None))
-                rows[i] = CATCH_UP
+        for r in requests:
+            lane, backlog = r.wanted.drafter.lane, self._backlog(r.wanted)
+            rows.append(min(len(backlog), most))
+            if len(backlog) > most:
+                parts.append(Part(lane, backlog[:most], None))
                 continue
             if len(backlog) > 1:
                 parts.append(Part(lane, backlog[:-1], None))  # caught up beside the first draft row
@@ -169,7 +169,6 @@ class DraftPhase:
                     parts.append(Part(d.lane, [token], "logits"))
                     still.append(r)
             going = still
-        self.decodes += self.depth
         seconds = self.clock() - started
         rows = [n + len(r.tokens) for n, r in zip(rows, requests, strict=True)]
         return [(Draft(r.tokens, r.dists, r.wanted.drafter.name, r.wanted.drafter.name), seconds * n / sum(rows))
@@ -200,16 +199,3 @@ class DraftPhase:
             scope = lane.scope
             self.lanes.share(source, lane_id, best)
             self.lanes[lane_id].scope = scope
-
-    def _fed(self, wanted: Sequence[DraftWanted], backlogs: list[list[int]]) -> list[list[int]]:
-        """Decode ahead the catch-ups that one decode cannot hold beside every first draft row (prompts at their
-        lanes' first drafts), longest first, leaving each at least its last token."""
-        budget = self.lanes.n_batch
-        while sum(len(b) for b in backlogs) > budget:
-            i = max(range(len(backlogs)), key=lambda j: len(backlogs[j]))
-            backlog = backlogs[i]
-            chunk = backlog[: min(len(backlog) - 1, budget)]
-            self.lanes.decode([Part(wanted[i].drafter.lane, chunk, None)])
-            self.decodes += 1
-            backlogs[i] = backlog[len(chunk) :]
-        return backlogs

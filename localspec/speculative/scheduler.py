@@ -278,10 +278,9 @@ class Scheduler:
         Returns the pass's rows."""
         phase, stats = self.drafts, self.stats
         assert phase is not None
-        decodes = phase.decodes
         drafts = phase.draft([w for _, w in wanted])
         stats.draft_steps += 1
-        stats.draft_passes += phase.decodes - decodes
+        stats.draft_passes += phase.depth
         stats.draft_deepest = max(stats.draft_deepest, phase.depth)
         for (f, _), (draft, seconds) in zip(wanted, drafts, strict=True):
             t0 = self.clock()
