@@ -358,6 +358,7 @@ class BatchRuntime(Prompts):
                 policy.calibrate_drafter(drafts.name, drafts.token_seconds)
         generator = Generator(lane, self.model.vocab, drafters, job.sampling, policy)
         generator.grammars = self.grammars
+        generator.compiled = job.matcher
         if view is not None:
             generator.on_end = view.feed
         return generator

@@ -92,15 +92,25 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
                                       f"(--max-tokens-cap), got {request.max_tokens}")
     sampling.validate()
     generation.validate()
-    if request.tools is not None:  # the tools shown to the model (its template's way, or a system message)
-        tokens, tool_constraint = rt.tool_prompt(list(request.messages or ()), request.tools)
-        generation = replace(generation, constraint=tool_constraint)
-    elif request.messages is not None:
-        tokens = rt.chat_tokens(list(request.messages))
-    else:
-        tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
+    try:
+        if request.tools is not None:  # the tools shown to the model (its template's way, or a system message)
+            tokens, tool_constraint = rt.tool_prompt(list(request.messages or ()), request.tools)
+            generation = replace(generation, constraint=tool_constraint)
+        elif request.messages is not None:
+            tokens = rt.chat_tokens(list(request.messages))
+        else:
+            tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
+    except UserError:
+        raise
+    except Exception as e:  # the model's own Jinja template raised (raise_exception, a role it refuses)
+        raise UserError(f"the model's chat template cannot render these messages: {type(e).__name__}: "
+                        f"{' '.join(str(e).split())[:300]}") from None
+    # the grammar's matcher now, with the model's tokenizer: a grammar that cannot be used fails this request here,
+    # never a pass that other requests share (structured/grammars.py)
+    constraint = generation.constraint
+    matcher = rt.grammars.compile(constraint) if constraint is not None and rt.grammars is not None else None
     speculation = None  # a request's drafter and k were checked where it was read (openai_body)
     if request.drafter is not None or request.k is not None:
         speculation = replace(settings.speculation, **{name: value for name in ("drafter", "k")
                                                        if (value := getattr(request, name)) is not None})
-    return Job(tokens, generation, sampling, key=_Pending(index, request), speculation=speculation)
+    return Job(tokens, generation, sampling, key=_Pending(index, request), speculation=speculation, matcher=matcher)

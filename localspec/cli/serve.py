@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +19,9 @@ from localspec.cli.batch import parse_parallel
 from localspec.cli.options import generation_options
 from localspec.errors import UserError
 from localspec.settings import Settings
+
+if TYPE_CHECKING:
+    from localspec.serve.app import Limits
 
 API_KEY_ENV = "LOCALSPEC_API_KEY"
 LOOPBACK_NAMES = {"localhost"}
@@ -38,6 +41,9 @@ def serve(
                                           "on this device's pass costs, at most 8) or a number.")] = "auto",
     queue_timeout: Annotated[float, typer.Option("--queue-timeout", metavar="SECONDS", help="How long a request "
                                                  "may wait for a free sequence before it gets 503.")] = 60.0,
+    request_timeout: Annotated[float, typer.Option("--request-timeout", metavar="SECONDS", help="How long one "
+                                                   "request may generate; then it ends as if its max_tokens were "
+                                                   "reached (finish_reason 'length'). 0: no limit.")] = 600.0,
     max_body: Annotated[int, typer.Option("--max-body", metavar="BYTES", help="Largest request body (413 past "
                                           "it).")] = 4 * 1024 * 1024,
     insecure: Annotated[bool, typer.Option("--insecure", help="Allow a non-loopback --host without an API key: "
@@ -77,10 +83,15 @@ def serve(
         lanes = parse_parallel(parallel)
         if queue_timeout <= 0:
             raise UserError(f"--queue-timeout must be more than 0 seconds, got {queue_timeout:g}")
+        if request_timeout < 0:
+            raise UserError(f"--request-timeout must be 0 (no limit) or more seconds, got {request_timeout:g}")
         if max_body < 1024:
             raise UserError(f"--max-body must be at least 1024 bytes, got {max_body}")
         sock = bind(host, port)  # before the model loads: a port in use is said at once
-        _run(sock, options, lanes, key, queue_timeout, max_body, given.get("profile"), deps)
+        from localspec.serve.app import Limits
+
+        limits = Limits(key, max_body, queue_timeout, request_timeout=request_timeout or None)
+        _run(sock, options, lanes, limits, given.get("profile"), deps)
 
 
 def _serve_extra() -> Any:
@@ -127,10 +138,10 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | None, queue_timeout: float,
-         max_body: int, profile: str | None, uvicorn: Any) -> None:
+def _run(sock: socket.socket, options: Settings, lanes: int | None, limits: Limits, profile: str | None,
+         uvicorn: Any) -> None:
     from localspec.runtime import BatchRuntime
-    from localspec.serve.app import Limits, create_app
+    from localspec.serve.app import create_app
     from localspec.serve.service import Service
     from localspec.worker import Worker
 
@@ -150,7 +161,7 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | N
         worker.call(rt.grammars.prepare)
     service = Service(rt, worker)
     names = tuple(dict.fromkeys(n for n in (rt.model_name, profile, "default") if n))
-    application = create_app(service, Limits(key, max_body, queue_timeout), names)
+    application = create_app(service, limits, names)
     config = uvicorn.Config(application, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     sock.listen(2048)  # now, not in uvicorn's startup: a client that read the address below is queued, not refused
@@ -159,7 +170,7 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, key: str | N
     speculation = options.speculation
     _say(f"serving {rt.model_name} at http://{shown}:{port}/v1 · {rt.parallel} sequences at a time · drafter "
          f"{speculation.drafter}{'' if speculation.k is None else f' k={speculation.k}'} · {rt.device.description}"
-         f"{' · API key required' if key else ''}; Ctrl-C stops")
+         f"{' · API key required' if limits.api_key else ''}; Ctrl-C stops")
     service.start()
     terminated = False
     try:

@@ -4,6 +4,11 @@ Safe by default: every /v1 route and /metrics need the key when one is set (comp
 over ``max_body`` is a 413 before it is read whole; malformed JSON, wrong types and prompts longer than a sequence
 are 400s in OpenAI's error shape; a request that waits longer than ``queue_timeout`` for a sequence is a 503 with
 Retry-After; anything unexpected is a 500 with one line, never a traceback.
+
+One client cannot hurt another (docs/serve.md, "Isolation"): a request is admitted (its body read, its template
+rendered, its grammar compiled with the model's tokenizer) in a worker thread, ``ADMITTING`` at a time, so the event
+loop stays free; whatever fails there is that request's 400. What fails later, inside the scheduler, ends that
+request alone with its own error (a stream's last event before ``[DONE]``).
 """
 
 from __future__ import annotations
@@ -11,11 +16,14 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
+import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -28,15 +36,20 @@ from localspec.errors import UserError
 from localspec.events import Finished, Prefill, Step
 from localspec.history import scope_of_key
 from localspec.openai_body import Body, BodyError, Kind, loads
+from localspec.serve.metrics import LagProbe
 from localspec.serve.protocol import ApiError, parse
 from localspec.serve.responses import Answer, timings
 from localspec.serve.service import Service, Ticket
 from localspec.speculative.jobs import Failed
+from localspec.structured.spec import ConstraintError
 from localspec.structured.tools import ToolUse, may_call
 
 log = logging.getLogger("localspec.serve")
 T = TypeVar("T")
 CLIENT_GONE = 499  # nginx's "client closed request": counted in /metrics, never seen by anyone
+# requests admitted at once (body read, template rendered, grammar compiled), each in a worker thread: the CPU is the
+# scheduler's, so a few are enough to keep a queue of them moving
+ADMITTING = 2
 
 
 class ClientGone(Exception):
@@ -48,12 +61,17 @@ class Limits:
     api_key: str | None = None
     max_body: int = 4 * 1024 * 1024  # bytes: a whole context of text is far less
     queue_timeout: float = 60.0  # seconds a request may wait for a free sequence
+    # seconds a request's admission may take (its grammar's compile, mostly): past it a 503, since how long a compile
+    # takes depends on the server's load as much as on the grammar (llguidance's own limits bound its work)
+    admit_timeout: float = 30.0
+    request_timeout: float | None = 600.0  # seconds a request may generate; then it ends with finish_reason "length"
 
 
 def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Starlette:
     """``names``: what a request's ``model`` may say (the model, its profile, "default")."""
     rt = service.rt
     model_name = names[0]
+    admitting = anyio.CapacityLimiter(ADMITTING)
 
     def authorize(request: Request) -> str:
         """The caller's scope (localspec/history): drafts and cached prefixes never cross from one API key's
@@ -87,10 +105,28 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             raise ApiError(404, f"the model {name!r} is not served here: use {model_name!r} (GET /v1/models)",
                            param="model", code="model_not_found")
 
+    def admit(kind: Kind, data: object) -> tuple[Body, Answer, Any]:
+        """The request as a job, every part of it checked (in a worker thread: it may compile a grammar)."""
+        body = parse(kind, data)
+        check_model(body.model)
+        answer = Answer(chat=kind == "chat", model=model_name)
+        return body, answer, job_of(body, answer)
+
+    async def admitted(kind: Kind, data: object) -> tuple[Body, Answer, Any]:
+        with anyio.move_on_after(limits.admit_timeout) as scope:
+            return await anyio.to_thread.run_sync(lambda: admit(kind, data), limiter=admitting,
+                                                  abandon_on_cancel=True)
+        assert scope.cancelled_caught
+        raise ApiError(503, f"the server could not check this request within {limits.admit_timeout:g} s (its grammar's "
+                            "compile, behind others'); retry later", type="server_error", code="server_busy",
+                       headers={"Retry-After": "5"})
+
     def job_of(body: Body, answer: Answer) -> Any:
         try:
             job = make_job(rt, replace(body.request, id=answer.id), 0, chat=False)
         except BodyError as e:
+            raise ApiError(400, str(e), param=e.param) from None
+        except ConstraintError as e:
             raise ApiError(400, str(e), param=e.param) from None
         except UserError as e:
             raise ApiError(400, str(e)) from None
@@ -113,12 +149,10 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
 
     async def generate(request: Request, kind: Kind) -> Response:
         scope = authorize(request)
-        body = parse(kind, await read_json(request))
-        check_model(body.model)
-        answer = Answer(chat=kind == "chat", model=model_name)
-        job = job_of(body, answer)
+        body, answer, job = await admitted(kind, await read_json(request))
         job.scope = scope
-        ticket = service.submit(job)
+        deadline = None if limits.request_timeout is None else time.monotonic() + limits.request_timeout
+        ticket = service.submit(job, deadline)
         try:
             await queued(request, ticket)
         except BaseException:
@@ -129,11 +163,14 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
         if body.stream:
             return _EventStream(_sse(stream(answer, ticket, body.include_usage, tools)), ticket)
         try:
-            return JSONResponse(await watching(request, ticket, lambda: whole(answer, ticket, tools)))
+            done = await watching(request, ticket, lambda: whole(answer, ticket, tools))
         finally:
             ticket.gone.set()
+        if isinstance(done, ApiError):  # raised out here: inside watching's task group it would come wrapped
+            raise done
+        return JSONResponse(done)
 
-    async def whole(answer: Answer, ticket: Ticket, tools: ToolUse | None) -> dict[str, Any]:
+    async def whole(answer: Answer, ticket: Ticket, tools: ToolUse | None) -> dict[str, Any] | ApiError:
         pieces: list[str] = []
         reused = 0
         while True:
@@ -146,9 +183,9 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                 pieces.append(event.tail)
                 text = "".join(pieces)
                 calls = rt.tool_calls(text, tools) if tools is not None else None
-                return answer.whole(text, event.reason, event.stats, reused, ticket.drafters, calls)
+                return answer.whole(text, ticket.reason(event), event.stats, reused, ticket.drafters, calls)
             elif isinstance(event, Failed):
-                raise ApiError(500, event.message, type="server_error")
+                return failure(event)
 
     async def stream(answer: Answer, ticket: Ticket, include_usage: bool,
                      tools: ToolUse | None) -> AsyncIterator[dict[str, Any]]:
@@ -170,7 +207,7 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             elif isinstance(event, Finished):
                 text += event.tail
                 calls = rt.tool_calls(text, tools) if tools is not None else None
-                reason = event.reason
+                reason = ticket.reason(event)
                 if calls is not None and calls.calls:
                     yield answer.calls_chunk(calls)
                     reason = "tool_calls"
@@ -180,8 +217,8 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                 if include_usage:
                     yield answer.usage_chunk(event.stats, reused)
                 return
-            elif isinstance(event, Failed):
-                yield ApiError(500, event.message, type="server_error").body()
+            elif isinstance(event, Failed):  # its own cause, in OpenAI's error shape; [DONE] follows
+                yield failure(event).body()
                 return
 
     async def chat_completions(request: Request) -> Response:
@@ -200,13 +237,15 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
         return await answered(request, "models", listing)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": model_name, "busy": service.busy(),
-                             "queued": len(service.queue), "parallel": rt.parallel})
+        state = {"model": model_name, "busy": service.busy(), "queued": len(service.queue), "parallel": rt.parallel}
+        if service.dead is not None:  # the worker thread is gone: nothing will be generated, say so
+            return JSONResponse({"status": "error", "error": service.dead, **state}, status_code=503)
+        return JSONResponse({"status": "ok", **state})
 
     async def metrics(request: Request) -> Response:
         async def text() -> Response:
             authorize(request)
-            body = service.metrics.render(lambda: len(service.queue), service.busy)
+            body = service.metrics.render(lambda: len(service.queue), service.busy, probe.worst)
             return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
         return await answered(request, "metrics", text)
@@ -219,8 +258,9 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             response = Response(status_code=CLIENT_GONE)
         except ApiError as e:
             response = JSONResponse(e.body(), status_code=e.status, headers=e.headers)
-        except Exception:
-            log.exception("%s failed", endpoint)
+        except Exception as e:  # one line at the default verbosity; the traceback at debug (--verbose)
+            log.error("%s failed: %s: %s", endpoint, type(e).__name__, " ".join(str(e).split())[:300])
+            log.debug("%s failed", endpoint, exc_info=True)
             response = JSONResponse(ApiError(500, "internal error: see the server's log", type="server_error")
                                     .body(), status_code=500)
         service.metrics.request(endpoint, response.status_code)
@@ -232,6 +272,15 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                    f"{request.url.path}"}.get(status, "the request failed")
         return JSONResponse(ApiError(status, message).body(), status_code=status)
 
+    probe = LagProbe()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as group:
+            group.start_soon(probe.run)
+            yield
+            group.cancel_scope.cancel()
+
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
@@ -239,7 +288,14 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    return Starlette(routes=routes, exception_handlers={HTTPException: not_found}, lifespan=lifespan)
+
+
+def failure(event: Failed) -> ApiError:
+    """A request's own failure as its answer: a 400 where its input was at fault, else a 500 naming the cause."""
+    if event.status < 500:
+        return ApiError(event.status, event.message)
+    return ApiError(event.status, event.message, type="server_error")
 
 
 async def watching(request: Request, ticket: Ticket, wait: Callable[[], Awaitable[T]]) -> T:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ class Metrics:
         with self._lock:
             self.finished[reason] += 1
 
-    def render(self, queued: Callable[[], int], busy: Callable[[], int]) -> str:
+    def render(self, queued: Callable[[], int], busy: Callable[[], int], lag: float = 0.0) -> str:
         with self._lock:
             out: list[str] = []
 
@@ -74,4 +75,23 @@ class Metrics:
                    [(f'{{reason="{r}"}}', n) for r, n in sorted(self.finished.items())])
             metric("queue_length", "gauge", "Requests waiting for a free sequence.", [("", queued())])
             metric("busy_sequences", "gauge", "Sequences generating now.", [("", busy())])
+            metric("event_loop_lag_seconds_max", "gauge", "The longest the server's event loop was late to wake "
+                   "since it started (a probe every 50 ms): how long one request's work held up the others'.",
+                   [("", lag)])
             return "\n".join(out) + "\n"
+
+
+class LagProbe:
+    """How late the event loop wakes: a sleep of ``period`` that takes longer was held up by work on the loop."""
+
+    def __init__(self, period: float = 0.05) -> None:
+        self.period = period
+        self.worst = 0.0
+
+    async def run(self) -> None:
+        import anyio
+
+        while True:
+            t0 = time.perf_counter()
+            await anyio.sleep(self.period)
+            self.worst = max(self.worst, time.perf_counter() - t0 - self.period)

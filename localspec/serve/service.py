@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,18 @@ class Ticket:
     admitted: asyncio.Event = field(default_factory=asyncio.Event)
     gone: threading.Event = field(default_factory=threading.Event)
     drafters: Counter[str] = field(default_factory=Counter)  # draft tokens by drafter, for the response's timings
+    deadline: float | None = None  # time.monotonic() past which it stops (the server's --request-timeout)
+
+    def stopped(self) -> bool:
+        """Whether nobody wants the rest: its client went away, or its time is up."""
+        return self.gone.is_set() or self.expired()
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def reason(self, event: Finished) -> str:
+        """Its finish reason: one stopped by its deadline was cut short, as by a token limit."""
+        return "length" if event.reason == "interrupted" and self.expired() else event.reason
 
     def deliver(self, event: Event | Failed) -> None:
         try:
@@ -111,15 +124,16 @@ class Service:
         self.metrics = metrics or Metrics()
         self.queue = JobQueue()
         self.passes = PassStats()
+        self.dead: str | None = None  # why the worker's loop ended while the server was up (/health says it)
 
     def start(self) -> None:
         self.worker.submit(self._serve)
 
-    def submit(self, job: Job) -> Ticket:
+    def submit(self, job: Job, deadline: float | None = None) -> Ticket:
         """Queue ``job`` (its ``key`` and ``stop`` are set here); call from the handler's event loop."""
-        ticket = Ticket(job, asyncio.get_running_loop())
+        ticket = Ticket(job, asyncio.get_running_loop(), deadline=deadline)
         job.key = ticket
-        job.stop = ticket.gone.is_set
+        job.stop = ticket.stopped
         self.queue.put(ticket)
         return ticket
 
@@ -128,6 +142,16 @@ class Service:
 
     def _serve(self) -> None:
         """The worker thread's loop: one scheduler run for the server's life; restarted after an error."""
+        try:
+            self._schedule()
+        except BaseException as e:  # not even a restart could go on: /health says so from now on
+            self.dead = f"the worker stopped: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+            log.error("%s", self.dead)
+            raise
+        if not self.worker.stop_requested.is_set():
+            self.dead = "the worker stopped"
+
+    def _schedule(self) -> None:
         while not self.worker.stop_requested.is_set():
             scheduler = Scheduler(self.rt.lanes, self.rt.make_generator, self.rt.costs, parallel=self.rt.parallel,
                                   stats=self.passes, shapes=self.rt.shapes, drafts=self.rt.drafts)
@@ -136,10 +160,16 @@ class Service:
                                                 idle=self._idle):
                     self._deliver(job, event)
                 return
-            except Exception as e:  # llama.cpp failed mid-pass: every running request gets the error, and go on
-                log.exception("the scheduler failed")
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as e:
+                # a failure of the pass every running request shared (a request's own steps fail it alone, in the
+                # scheduler): each of them gets that error, and the server goes on
+                failed = Failed.of(e, shared=True)
+                log.error("%s", failed.message)
+                log.debug("the shared pass failed", exc_info=True)
                 for ticket in list(self.queue.running):
-                    ticket.deliver(Failed(f"generation failed: {type(e).__name__}: {e}"))
+                    ticket.deliver(failed)
                 self.queue.running.clear()
                 drafts = self.rt.drafts.lanes if self.rt.drafts is not None else None
                 for lane in range(len(self.rt.lanes)):  # no lane's cache can be trusted after a failed pass
@@ -172,7 +202,7 @@ class Service:
             metrics.prefill(event.prompt_tokens, event.prompt_tokens - event.new_tokens)
         elif isinstance(event, Finished | Failed):
             self.queue.running.discard(ticket)
-            metrics.end(event.reason if isinstance(event, Finished) else "error")
+            metrics.end(ticket.reason(event) if isinstance(event, Finished) else "error")
         ticket.deliver(event)
         if isinstance(event, Finished):
             self._save_if_due()

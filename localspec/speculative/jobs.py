@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from localspec.errors import UserError
 from localspec.settings import GenerationSettings, SamplingSettings, SpeculationSettings
 
 
@@ -25,13 +26,27 @@ class Job:
     # cached prefix is reused only from a lane that last ran the same scope (else one client could time another's
     # prompt by how fast its own prefill runs)
     scope: str = "local"
+    # its grammar's matcher, compiled at admission with the model's tokenizer (structured/grammars.py): the pass loop
+    # copies it, and compiles nothing
+    matcher: object = None
 
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """A job that could not run (a prompt the context cannot hold); the batch goes on."""
+    """A job that could not run or went wrong (its own fault, ``status`` 400: a prompt the context cannot hold, a
+    grammar llguidance refuses; else 500: a failure of its own steps, or of the pass it shared); the batch goes on."""
 
     message: str
+    status: int = 400
+
+    @classmethod
+    def of(cls, error: BaseException, shared: bool = False) -> Failed:
+        """``error`` as one line that names its cause: a UserError is the request's own (400), anything else a
+        failure of the server (500); ``shared``: it was the pass every running job shared that failed."""
+        if isinstance(error, UserError):
+            return cls(str(error))
+        where = "the shared pass failed" if shared else "generation failed"
+        return cls(" ".join(f"{where}: {type(error).__name__}: {error}".split())[:500], 500)
 
 
 @dataclass(slots=True)

@@ -117,6 +117,7 @@ class Generator:
         # the model's grammars (structured output), and the running generation's constraint, if it has one
         self.grammars: Grammars | None = None
         self.constraint: Constraint | None = None
+        self.compiled: object | None = None  # the job's matcher as its admission compiled it (Grammars.compile)
 
     def step(self, history: list[int], room: int) -> StepResult:
         """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed.
@@ -313,7 +314,7 @@ class Generator:
             return None
         if self.grammars is None:
             raise UserError("structured output needs the model's vocabulary: this runtime has none")
-        return self.grammars.start(spec)
+        return self.grammars.start(spec, self.compiled)
 
     def end(self, run: Run) -> Finished:
         """Close ``run``: the cache keeps the invariant for the next call (it holds history[:-1])."""

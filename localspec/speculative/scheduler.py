@@ -21,8 +21,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from localspec.drafters.base import Draft
 from localspec.events import Event, Prefill, Stats
 from localspec.passes import Outputs, Part
 from localspec.speculative.costs import PassCosts
@@ -41,6 +42,10 @@ PREFILL_CHUNK = 32
 
 
 _SPENT = object()  # what next() gives once a job iterator is exhausted (None means "no job yet")
+# what a flight's guard lets through: the process is stopping, not the flight failing. Everything else, llguidance's
+# Rust panics included (pyo3's PanicException is a BaseException), ends that flight alone
+_STOPPING = (KeyboardInterrupt, SystemExit, GeneratorExit)
+T = TypeVar("T")
 
 
 class SharedContext(Protocol):
@@ -71,6 +76,7 @@ class _Flight:
     draft_seconds: float = 0.0
     room: int = 0  # draft tokens its last plan could have held
     last: tuple[int, float] = (1, 1.0)  # rows of its last plan, and the tokens they were expected to emit
+    error: Failed | None = None  # one of its own steps failed: it ends with this, and no other flight is touched
 
     @property
     def cached_target(self) -> list[int]:
@@ -125,13 +131,13 @@ class Scheduler:
             if cancelled():
                 for f in flights:
                     if f is not None:
-                        f.run.reason = "interrupted"
-                        yield f.job, f.generator.end(f.run)
+                        f.run.reason = f.run.reason or "interrupted"
+                        yield self._ended(f)
                 return
             for i, f in enumerate(flights):
-                if f is not None and f.job.stop is not None and f.job.stop():
+                if f is not None and f.job.stop is not None and self._guard(f, f.job.stop):
                     f.run.reason = "interrupted"
-                    yield f.job, f.generator.end(f.run)
+                    yield self._ended(f)
                     flights[i] = None
             if not any(flights):
                 if not more:
@@ -141,9 +147,34 @@ class Scheduler:
                 continue
             yield from self._pass(flights)
             for i, f in enumerate(flights):
-                if f is not None and f.run.reason:
-                    yield f.job, f.generator.end(f.run)
+                if f is not None and (f.run.reason or f.error):
+                    yield self._ended(f)
                     flights[i] = None
+
+    def _guard(self, f: _Flight, step: Callable[[], T]) -> T | None:
+        """``step()``, one of ``f``'s own: an exception there ends ``f`` alone (DESIGN.md, "Requests that cannot
+        hurt each other"); None once ``f`` has failed."""
+        if f.error is not None:
+            return None
+        try:
+            return step()
+        except (*_STOPPING, DraftWanted):  # stopping, or a plan waiting for the draft phase: not a failure
+            raise
+        except BaseException as e:
+            f.error = Failed.of(e)
+            return None
+
+    def _ended(self, f: _Flight) -> tuple[Job, Event | Failed]:
+        """``f``'s last event: Finished, or Failed with its lane (and draft lane) emptied, since a failed step may
+        have left rows the sequence never accepted."""
+        finished = self._guard(f, lambda: f.generator.end(f.run))
+        if f.error is None and finished is not None:
+            return f.job, finished
+        self.lanes[f.lane].truncate(0)
+        if self.drafts is not None:
+            self.drafts.lanes[f.lane].truncate(0)
+        assert f.error is not None
+        return f.job, f.error
 
     def _admit(self, flights: list[_Flight | None], pending: Iterator[Job | None]) -> Iterator[tuple[Job, Event]]:
         """Fill free lanes with the next jobs; False once ``pending`` is spent."""
@@ -159,7 +190,13 @@ class Scheduler:
                 yield job, Failed(problem)
                 continue
             lane = self._lane_for(job, flights)
-            flights[lane] = self._start(job, lane)
+            try:
+                flights[lane] = self._start(job, lane)
+            except _STOPPING:
+                raise
+            except BaseException as e:  # its generator could not be made: the lane stays free
+                self.lanes[lane].truncate(0)
+                yield job, Failed.of(e)
         return True
 
     def _lane_for(self, job: Job, flights: list[_Flight | None]) -> int:
@@ -208,6 +245,7 @@ class Scheduler:
             if not f.decoding:
                 self._share_prefix(f)
                 yield from self._prefilled(f)  # a prompt another lane held, or the lane's last job, is cached whole
+        live = [f for f in live if f.error is None]
         decoding = [f for f in live if f.decoding]
         planned: list[_Flight] = []
         wanted: list[tuple[_Flight, DraftWanted]] = []  # plans that wait for the draft phase
@@ -218,9 +256,9 @@ class Scheduler:
         for f in decoding:
             rows_after -= f.last[0]
             tokens_after -= f.last[1]
-            room = f.generator.room(f.run)
+            room = self._guard(f, lambda f=f: f.generator.room(f.run))
             if room is None:
-                continue  # ended: its budget is spent or its context full
+                continue  # ended: its budget is spent or its context full (or it failed)
             others = rows_before + rows_after
             room = min(room, self.lanes.max_rows - others - 1)
             policy = f.generator.policy
@@ -228,11 +266,14 @@ class Scheduler:
             t0 = self.clock()
             f.room = room
             try:
-                f.plan = f.generator.plan(f.run.history, room)
-                rows = len(f.plan.rows)
+                f.plan = self._guard(f, lambda f=f, room=room: f.generator.plan(f.run.history, room))
             except DraftWanted as w:  # priced as asked until the phase answers (a grammar's forced tokens lead)
                 wanted.append((f, w))
                 rows = 1 + len(w.history) - len(f.run.history) + w.cap
+            else:
+                if f.plan is None:
+                    continue
+                rows = len(f.plan.rows)
             f.draft_seconds = self.clock() - t0
             f.last = (rows, policy.expected if rows > 1 else 1.0)
             rows_before += rows
@@ -255,8 +296,11 @@ class Scheduler:
         settled = []
         for f, out in zip(planned, outputs, strict=False):
             assert f.plan is not None and out is not None
-            settled.append((f, f.generator.settle(f.run.history, f.plan, out, f.draft_seconds, started, shared=True)))
-            f.plan = None
+            plan, f.plan = f.plan, None
+            result = self._guard(f, lambda f=f, plan=plan, out=out: f.generator.settle(
+                f.run.history, plan, out, f.draft_seconds, started, shared=True))
+            if result is not None:
+                settled.append((f, result))
         # timed before the events go up: what their consumers do is not the pass's cost; a prompt chunk's tokens
         # cost less than rows with outputs (not on the curve), and with pass shapes only a steady pass is priced
         seconds = self.clock() - started
@@ -268,7 +312,9 @@ class Scheduler:
         if planned and not prefilling and (stage == STEADY or not shapes.active):
             self.costs.update(rows_before, seconds)
         for f, result in settled:
-            yield f.job, f.generator.advance(f.run, result)
+            step = self._guard(f, lambda f=f, result=result: f.generator.advance(f.run, result))
+            if step is not None:
+                yield f.job, step
         for f, chunk in prefilling:
             self.stats.prefill_tokens += len(chunk)
             yield from self._prefilled(f)
@@ -278,15 +324,24 @@ class Scheduler:
         Returns the pass's rows."""
         phase, stats = self.drafts, self.stats
         assert phase is not None
-        drafts = phase.draft([w for _, w in wanted])
+        try:
+            drafts = phase.draft([w for _, w in wanted])
+        except _STOPPING:
+            raise
+        except BaseException:  # a draft is only a guess: these lanes verify none this pass, their draft lanes restart
+            for f, _ in wanted:
+                phase.lanes[f.lane].truncate(0)
+            drafts = [(Draft(), 0.0)] * len(wanted)
         stats.draft_steps += 1
         stats.draft_passes += phase.depth
         stats.draft_deepest = max(stats.draft_deepest, phase.depth)
         for (f, _), (draft, seconds) in zip(wanted, drafts, strict=True):
             t0 = self.clock()
-            f.plan = f.generator.plan(f.run.history, f.room, draft)
+            f.plan = self._guard(f, lambda f=f, draft=draft: f.generator.plan(f.run.history, f.room, draft))
             f.draft_seconds += seconds + self.clock() - t0
-            f.last = (len(f.plan.rows), f.last[1] if len(f.plan.rows) > 1 else 1.0)
+            if f.plan is not None:
+                f.last = (len(f.plan.rows), f.last[1] if len(f.plan.rows) > 1 else 1.0)
+        planned[:] = [f for f in planned if f.error is None]
         return sum(len(f.plan.rows) for f in planned if f.plan is not None)
 
     def _fill(self, planned: list[_Flight], shapes: Shapes, rows: int) -> int:
@@ -374,6 +429,8 @@ class Scheduler:
             return
         f.decoding = True
         f.run.stats.prefill_seconds = self.clock() - f.run.started
-        f.generator.begin(f.run)
+        self._guard(f, lambda: f.generator.begin(f.run))
+        if f.error is not None:
+            return
         yield f.job, Prefill(len(f.run.history), len(f.run.history) - f.reused, f.run.stats.prefill_seconds)
 

@@ -4,19 +4,34 @@
 Building the tokenizer reads every token's bytes through llama.cpp (1.6-1.9 s for a 262k vocabulary), so it waits
 for the first constrained request, and the model keeps it: it calls back into the model's vocabulary, so it must
 not outlive the model (one ``Grammars`` per open model, dropped with it).
+
+A request's matcher is compiled at admission (``compile``), with the tokenizer and under ``LIMITS``, in the
+admitting thread (a server's worker thread pool, never its event loop): whatever a grammar can get wrong (a special
+token the vocabulary lacks, a token id past it, a lexer that would not finish) is the request's 400 there, and the
+pass loop only copies a matcher that already worked (DESIGN.md, "Requests that cannot hurt each other").
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
+from localspec.structured.cache import BoundedCache
 from localspec.structured.constraint import Constraint
 from localspec.structured.spec import ConstraintError, ConstraintSpec
+
+# llguidance's bounds on what one grammar may cost (its LLParserLimits): the grammar's size, the lexer's work to
+# build its first state and a step's, and the lexer states it may keep (each ~1-2 kB, for the matcher's life).
+# Each is above what any schema, tool list or grammar of docs/structured.md's needs, and bounds a hostile one.
+LIMITS = {"max_grammar_size": 500_000, "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000,
+          "max_lexer_states": 20_000}
+MATCHERS_KEPT = 64  # compiled matchers kept, one per spec: a new request copies its own from one
+_STOPPING = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 if TYPE_CHECKING:
     from localspec.engine.vocab import Vocab
@@ -29,8 +44,10 @@ class Grammars:
         self.vocab = vocab
         self.say = say
         self._tokenizer: object | None = None
+        self._tokenizer_lock = threading.Lock()
         self._eog: frozenset[int] = frozenset()
-        self._matchers: dict[ConstraintSpec, object] = {}  # a compiled matcher per spec, copied for each request
+        # a compiled matcher per spec, never advanced: each generation gets its own copy
+        self._matchers: BoundedCache[ConstraintSpec, object] = BoundedCache(MATCHERS_KEPT)
         self.tokenizer_seconds = 0.0
 
     def prepare(self) -> None:
@@ -38,19 +55,36 @@ class Grammars:
         would wait for it."""
         self._tokenizer_built()
 
-    def start(self, spec: ConstraintSpec) -> Constraint:
-        """A fresh constraint for one generation; ConstraintError where the spec cannot be used with this model."""
-        from llguidance import LLMatcher
-
-        tokenizer = self._tokenizer_built()
+    def compile(self, spec: ConstraintSpec) -> object:
+        """The spec's matcher with this model's tokenizer, compiled once (thread-safe; a request's admission calls
+        it); ConstraintError, naming the spec, where it cannot be used with this model or passes ``LIMITS``."""
         pristine = self._matchers.get(spec)
-        if pristine is None:
-            matcher = LLMatcher(tokenizer, spec.grammar(), log_level=0)
-            if matcher.is_error():
-                raise ConstraintError(f"the {spec.describe()} cannot be used: {matcher.get_error()}")
-            if len(self._matchers) >= 64:
-                self._matchers.pop(next(iter(self._matchers)))
-            pristine = self._matchers[spec] = matcher
+        if pristine is not None:
+            return pristine
+        from llguidance import LLMatcher, LLParserLimits
+
+        grammar = spec.grammar()
+        tokenizer = self._tokenizer_built()
+        try:
+            matcher = LLMatcher(tokenizer, grammar, log_level=0, limits=LLParserLimits(**LIMITS))
+            error = matcher.get_error() if matcher.is_error() else ""
+            if not error:  # the first mask: a lexer that cannot finish it fails here, not in a shared pass
+                matcher.compute_bitmask()
+                error = matcher.get_error() if matcher.is_error() else ""
+        except _STOPPING:
+            raise
+        except BaseException as e:  # llguidance's Rust panics are pyo3's PanicException, a BaseException
+            error = f"{type(e).__name__}: {e}"
+        if error:  # llguidance lists every special token after an unknown one: the first words say enough
+            error = " ".join(str(error).split("; following special tokens")[0].split())[:400]
+            raise ConstraintError(f"the {spec.describe()} cannot be used with this model: {error}")
+        self._matchers.put(spec, matcher)
+        return matcher
+
+    def start(self, spec: ConstraintSpec, compiled: object | None = None) -> Constraint:
+        """A fresh constraint for one generation, copied from ``compiled`` (what its admission compiled), else
+        compiled now; ConstraintError where the spec cannot be used with this model."""
+        pristine = compiled if compiled is not None else self.compile(spec)
         return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece)
 
     def matches(self, schema: Mapping[str, Any], value: Any) -> bool:
@@ -58,20 +92,21 @@ class Grammars:
         properties in the schema's order) and run through it."""
         try:
             matcher = self.start(ConstraintSpec.json_schema(schema)).matcher  # compiled once per schema
-        except ConstraintError:
+            text = json.dumps(_in_order(value, schema), ensure_ascii=False, separators=(",", ":"))
+            tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
+        except (ConstraintError, UnicodeEncodeError):  # a lone surrogate in a string is no valid JSON text
             return False
-        text = json.dumps(_in_order(value, schema), ensure_ascii=False, separators=(",", ":"))
-        tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
         return bool(matcher.consume_tokens(tokens) and matcher.is_accepting())
 
     def _tokenizer_built(self) -> object:
-        if self._tokenizer is None:
-            t0 = time.perf_counter()
-            self._tokenizer, self._eog = _tokenizer(self.vocab)
-            self.tokenizer_seconds = time.perf_counter() - t0
-            if self.say is not None:
-                self.say(f"structured output: read the model's {self.vocab.n_tokens:,}-token vocabulary for the "
-                         f"grammar in {self.tokenizer_seconds:.1f} s (once per model)")
+        with self._tokenizer_lock:  # two first requests at once build it once
+            if self._tokenizer is None:
+                t0 = time.perf_counter()
+                self._tokenizer, self._eog = _tokenizer(self.vocab)
+                self.tokenizer_seconds = time.perf_counter() - t0
+                if self.say is not None:
+                    self.say(f"structured output: read the model's {self.vocab.n_tokens:,}-token vocabulary for "
+                             f"the grammar in {self.tokenizer_seconds:.1f} s (once per model)")
         return self._tokenizer
 
 

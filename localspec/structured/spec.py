@@ -10,15 +10,21 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 from localspec.errors import UserError
+from localspec.structured.cache import BoundedCache
 
 Kind = Literal["json_schema", "json_object", "grammar", "regex"]
 KINDS: tuple[Kind, ...] = ("json_schema", "json_object", "grammar", "regex")
 # compact JSON: the separators a model was shown in its worked examples, and more of the answer forced (drafted)
 JSON_OPTIONS = {"whitespace_flexible": False}
+# the most bytes a schema, a grammar or a regex may have (a tools list: structured/tools.py): far above any real one,
+# and what one request may make a server compile (DESIGN.md, "Requests that cannot hurt each other")
+TEXT_MAX = 64 * 1024
+# compiled grammars kept, by their spec's text and grammar's bytes: a server's clients may send a new schema each time
+_CACHE: BoundedCache[ConstraintSpec, str | ConstraintError] = BoundedCache(
+    256, 16 * 1024 * 1024, lambda spec, grammar: len(spec.text) + (len(grammar) if isinstance(grammar, str) else 0))
 
 
 class ConstraintError(UserError):
@@ -66,8 +72,17 @@ class ConstraintSpec:
         else:
             spec = _from_mapping(value)
         if spec is not None:
+            spec.check_size()
             spec.grammar()
         return spec
+
+    def check_size(self) -> None:
+        """ConstraintError past TEXT_MAX: what one request may make a server compile is bounded."""
+        n = len(self.text.encode("utf-8", "surrogatepass"))
+        if n > TEXT_MAX:
+            field = "response_format." + {"json_schema": "json_schema", "json_object": "type"}.get(self.kind, self.kind)
+            raise ConstraintError(f"the {self.describe()} is {n:,} bytes, over the {TEXT_MAX:,} a request may have",
+                                  field)
 
     def describe(self) -> str:
         return {"json_schema": f"JSON schema {self.name!r}" if self.name else "JSON schema",
@@ -100,8 +115,21 @@ def _from_mapping(value: Mapping[str, Any]) -> ConstraintSpec | None:
                           f"{kind!r}", "response_format.type")
 
 
-@lru_cache(maxsize=256)
 def _compiled(spec: ConstraintSpec) -> str:
+    """The spec's grammar, compiled once: failures are kept too (naming where one fails costs a compile a node)."""
+    known = _CACHE.get(spec)
+    if known is None:
+        try:
+            known = _compile(spec)
+        except ConstraintError as e:
+            known = e
+        _CACHE.put(spec, known)
+    if isinstance(known, ConstraintError):
+        raise ConstraintError(str(known), known.param)
+    return known
+
+
+def _compile(spec: ConstraintSpec) -> str:
     from llguidance import LLMatcher
     from llguidance.gbnf_to_lark import gbnf_to_lark
 

@@ -23,9 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from localspec.structured.spec import JSON_OPTIONS, ConstraintError, ConstraintSpec
+from localspec.structured.spec import JSON_OPTIONS, TEXT_MAX, ConstraintError, ConstraintSpec
 
 CHOICES = ("none", "auto", "required")
+TOOLS_MAX = 128  # OpenAI's own limit: each tool's parameters are a schema to compile
 FENCE = "```json"
 
 
@@ -103,6 +104,11 @@ def read_tools(tools: Any, tool_choice: Any, parallel: Any) -> ToolUse | None:
         return None
     if not isinstance(tools, list):
         raise ConstraintError("tools must be a list of {\"type\": \"function\", \"function\": {...}}", "tools")
+    if len(tools) > TOOLS_MAX:
+        raise ConstraintError(f"tools holds {len(tools)} tools, over the {TOOLS_MAX} a request may have", "tools")
+    size = len(json.dumps(tools, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > TEXT_MAX:
+        raise ConstraintError(f"tools is {size:,} bytes of JSON, over the {TEXT_MAX:,} a request may have", "tools")
     names = []
     for i, tool in enumerate(tools):
         f = tool.get("function") if isinstance(tool, Mapping) else None
