@@ -170,6 +170,12 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             raise done
         return JSONResponse(done)
 
+    async def read_calls(text: str, tools: ToolUse | None) -> Any:
+        """The calls in an answer, read in a worker thread: checking their arguments may compile a tool's schema."""
+        if tools is None:
+            return None
+        return await anyio.to_thread.run_sync(rt.tool_calls, text, tools, limiter=admitting)
+
     async def whole(answer: Answer, ticket: Ticket, tools: ToolUse | None) -> dict[str, Any] | ApiError:
         pieces: list[str] = []
         reused = 0
@@ -182,7 +188,7 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             elif isinstance(event, Finished):
                 pieces.append(event.tail)
                 text = "".join(pieces)
-                calls = rt.tool_calls(text, tools) if tools is not None else None
+                calls = await read_calls(text, tools)
                 return answer.whole(text, ticket.reason(event), event.stats, reused, ticket.drafters, calls)
             elif isinstance(event, Failed):
                 return failure(event)
@@ -206,7 +212,7 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                     yield answer.chunk(piece)
             elif isinstance(event, Finished):
                 text += event.tail
-                calls = rt.tool_calls(text, tools) if tools is not None else None
+                calls = await read_calls(text, tools)
                 reason = ticket.reason(event)
                 if calls is not None and calls.calls:
                     yield answer.calls_chunk(calls)
