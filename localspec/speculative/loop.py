@@ -24,7 +24,7 @@ from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.text import TextStream
 from localspec.speculative.tree import TokenTree
 from localspec.speculative.verify import Verdict, verify_greedy, verify_sampled
-from localspec.structured.constraint import Constraint
+from localspec.structured.constraint import Constraint, closing_room
 from localspec.structured.grammars import Grammars
 from localspec.tokens import common_prefix
 
@@ -195,7 +195,8 @@ class Generator:
         exactly as a chain's one-hot draft is verified (verify.py). ``position``: where the pass's first row lands."""
         tree, greedy = plan.tree, self.sampling.greedy
         if self.constraint is not None:  # a chain: drafts under a grammar are never trees (_propose)
-            return self.constraint.verify(tree.tokens, outputs, self.sampling, lambda i: self.draws.at(position + i))
+            return self.constraint.verify(tree.tokens, outputs, self.sampling, lambda i: self.draws.at(position + i),
+                                          position)
         if plan.parents is None:
             if greedy:
                 return verify_greedy(tree.tokens, outputs)
@@ -314,7 +315,11 @@ class Generator:
             return None
         if self.grammars is None:
             raise UserError("structured output needs the model's vocabulary: this runtime has none")
-        return self.grammars.start(spec, self.compiled)
+        constraint = self.grammars.start(spec, self.compiled)
+        if spec.name == "tool_calls":  # a call is shut before its tokens run out, not cut (structured/constraint.py)
+            max_tokens = run.settings.max_tokens
+            constraint.close_at = len(run.history) + max_tokens - closing_room(max_tokens)
+        return constraint
 
     def end(self, run: Run) -> Finished:
         """Close ``run``: the cache keeps the invariant for the next call (it holds history[:-1])."""

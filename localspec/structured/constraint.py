@@ -13,6 +13,11 @@ first token the grammar forbids, before it costs a row of the pass. In verify it
 
 The matcher consumes only what the step emits (accepted draft tokens and the target's own), so nothing consumed
 speculatively is ever rolled back but the forced tokens that a proposal looked past.
+
+A tool call may be shut before its tokens run out (``close_at``): from that position on, each row's token is the
+end where the grammar may end, else the allowed token that closes the most of what is open (the string, then the
+objects and lists, innermost first), else a comma, else the model's best allowed token (a value the grammar still
+needs). It depends only on the position and the text, so drafts and target-only agree.
 """
 
 from __future__ import annotations
@@ -29,17 +34,25 @@ from localspec.sampling import Distribution, shape, shape_candidates
 from localspec.settings import SamplingSettings
 from localspec.speculative.verify import Verdict
 
+# the last tokens of a tool call's budget in which it is shut (``close_at``): enough for a string, two braces, the
+# forced names of two missing required parameters with empty values, and the end
+CLOSING_TOKENS = 16
 # candidates whose mask bits are read before a sampled row falls back to the whole vocabulary's mask
 _CANDIDATES_MIN = 256
 # a mask with more non-zero 32-token words than this is expanded whole
 _SPARSE_WORDS = 256
 
 
+def closing_room(max_tokens: int) -> int:
+    """How many of an answer's last tokens shut a tool call: CLOSING_TOKENS, half of a short budget."""
+    return min(CLOSING_TOKENS, max(1, max_tokens // 2))
+
+
 class Constraint:
     """``matcher``: a fresh llguidance LLMatcher for this generation; ``eog``: the tokens that end it."""
 
     def __init__(self, matcher: object, eog: frozenset[int], n_vocab: int, triggers: tuple[str, ...] = (),
-                 piece: Callable[[int], bytes] | None = None) -> None:
+                 piece: Callable[[int], bytes] | None = None, closers: np.ndarray | None = None) -> None:
         self.matcher = matcher
         self.eog = eog
         self.n_vocab = n_vocab
@@ -53,6 +66,11 @@ class Constraint:
         self._mask = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
         self.seconds = 0.0  # host time spent in the grammar this generation
         self.dead_end = False  # no token was allowed: the grammar cannot go on
+        # the position from which the answer is shut as fast as the grammar lets it (None: never), and the tokens
+        # that shut it, in the order they are preferred (Grammars.closers)
+        self.close_at: int | None = None
+        self._closers = closers if closers is not None else np.zeros(0, dtype=np.int64)
+        self._open = _Nesting()
 
     @property
     def failed(self) -> bool:
@@ -96,24 +114,26 @@ class Constraint:
 
     def verify(
         self, draft: Sequence[int], outputs: np.ndarray, sampling: SamplingSettings,
-        rng_at: Callable[[int], np.random.Generator],
+        rng_at: Callable[[int], np.random.Generator], position: int = 0,
     ) -> Verdict:
         """Keep the draft while each token is the one the target picks under the grammar; row i's pick sees the
-        grammar after ``draft[:i]``. Consumes what the verdict emits."""
+        grammar after ``draft[:i]``. Consumes what the verdict emits. ``position``: where row 0's token lands."""
         for i, x in enumerate(draft):
-            y = self._pick(outputs[i], sampling, rng_at, i)
+            y = self._pick(outputs[i], sampling, rng_at, i, position)
             if y != x:
                 self._consume(y)
                 return Verdict(i, y)
             self._consume(x)
-        y = self._pick(outputs[len(draft)], sampling, rng_at, len(draft))
+        y = self._pick(outputs[len(draft)], sampling, rng_at, len(draft), position)
         self._consume(y)
         return Verdict(len(draft), y)
 
     def _pick(self, row: np.ndarray, sampling: SamplingSettings, rng_at: Callable[[int], np.random.Generator],
-              i: int) -> int:
+              i: int, position: int = 0) -> int:
         if not self.active:
             return int(row.argmax()) if sampling.greedy else shape(row, sampling).sample(rng_at(i))
+        if self.close_at is not None and position + i >= self.close_at:
+            return self._close(row)
         if sampling.greedy:
             token = int(row.argmax())  # what the pass's own read costs anyway: not the grammar's time
             t0 = time.perf_counter()
@@ -123,6 +143,24 @@ class Constraint:
             self.seconds += time.perf_counter() - t0
             return token
         return self.distribution(row, sampling).sample(rng_at(i))
+
+    def _close(self, row: np.ndarray) -> int:
+        """The token that shuts the answer soonest: the end where it may end, else the allowed closer that closes
+        the most, else the model's best allowed token (a value the grammar still needs)."""
+        t0 = time.perf_counter()
+        token = min(self.eog) if self._fill_mask() else None
+        if token is None and len(self._closers):
+            shut = self._open.shutting()
+            allowed = self._closers[self._bits(self._closers)]
+            pieces = [self._piece(int(t)) if self._piece is not None else b"" for t in allowed]
+            closing = [(len(p), int(t)) for t, p in zip(allowed, pieces, strict=True) if shut.startswith(p) and p]
+            commas = [int(t) for t, p in zip(allowed, pieces, strict=True) if p.startswith(b",")]
+            token = max(closing)[1] if closing else commas[0] if commas else None
+        if token is None:
+            ids = self._expand()
+            token = int(ids[row[ids].argmax()]) if len(ids) else self._stuck()
+        self.seconds += time.perf_counter() - t0
+        return token
 
     def allows(self, token: int) -> bool:
         if token in self.eog:
@@ -136,6 +174,8 @@ class Constraint:
         if token not in self.eog and not self.dead_end:
             t0 = time.perf_counter()
             self.matcher.consume_token(token)
+            if self.close_at is not None and self._piece is not None:
+                self._open.feed(self._piece(token))
             self.seconds += time.perf_counter() - t0
 
     def _watch(self, token: int) -> None:
@@ -204,3 +244,32 @@ class Constraint:
         """Whether each of ``ids`` is allowed, from the mask just filled."""
         words = self._mask.view(np.uint32)
         return ((words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
+
+
+class _Nesting:
+    """What an answer's JSON holds open, from the bytes it wrote: a string, and the objects and lists around it."""
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+        self.in_string = False
+        self.escaped = False
+
+    def feed(self, data: bytes) -> None:
+        for c in data:
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif c == 0x5C:  # backslash
+                    self.escaped = True
+                elif c == 0x22:  # quote
+                    self.in_string = False
+            elif c == 0x22:
+                self.in_string = True
+            elif c in (0x7B, 0x5B):  # { [
+                self.stack.append(c)
+            elif c in (0x7D, 0x5D) and self.stack:  # } ]
+                self.stack.pop()
+
+    def shutting(self) -> bytes:
+        """The bytes that close everything open, innermost first."""
+        return (b'"' if self.in_string else b"") + bytes(0x7D if c == 0x7B else 0x5D for c in reversed(self.stack))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
+import numpy as np
 
 from localspec.structured.cache import BoundedCache
 from localspec.structured.constraint import Constraint
@@ -46,6 +47,7 @@ class Grammars:
         self._tokenizer: object | None = None
         self._tokenizer_lock = threading.Lock()
         self._eog: frozenset[int] = frozenset()
+        self._closers = np.zeros(0, dtype=np.int64)  # the tokens that shut a JSON answer (Constraint._close)
         # a compiled matcher per spec, never advanced: each generation gets its own copy
         self._matchers: BoundedCache[ConstraintSpec, object] = BoundedCache(MATCHERS_KEPT)
         self.tokenizer_seconds = 0.0
@@ -85,7 +87,8 @@ class Grammars:
         """A fresh constraint for one generation, copied from ``compiled`` (what its admission compiled), else
         compiled now; ConstraintError where the spec cannot be used with this model."""
         pristine = compiled if compiled is not None else self.compile(spec)
-        return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece)
+        return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece,
+                          self._closers)
 
     def matches(self, schema: Mapping[str, Any], value: Any) -> bool:
         """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (compact,
@@ -102,7 +105,7 @@ class Grammars:
         with self._tokenizer_lock:  # two first requests at once build it once
             if self._tokenizer is None:
                 t0 = time.perf_counter()
-                self._tokenizer, self._eog = _tokenizer(self.vocab)
+                self._tokenizer, self._eog, self._closers = _tokenizer(self.vocab)
                 self.tokenizer_seconds = time.perf_counter() - t0
                 if self.say is not None:
                     self.say(f"structured output: read the model's {self.vocab.n_tokens:,}-token vocabulary for "
@@ -110,10 +113,11 @@ class Grammars:
         return self._tokenizer
 
 
-def _tokenizer(vocab: Vocab) -> tuple[object, frozenset[int]]:
+def _tokenizer(vocab: Vocab) -> tuple[object, frozenset[int], np.ndarray]:
     """llguidance's tokenizer over llama.cpp's vocabulary (as llguidance.llamacpp builds it, with the attribute
-    call llama.cpp has not deprecated), and the tokens that end a generation: every one of them ends a constrained
-    answer (Gemma's <end_of_turn> as well as its EOS)."""
+    call llama.cpp has not deprecated), the tokens that end a generation: every one of them ends a constrained
+    answer (Gemma's <end_of_turn> as well as its EOS), and the tokens that shut JSON: those made only of quotes,
+    braces and brackets, the longest first, then a comma."""
     import ctypes
 
     from llguidance import LLTokenizer
@@ -137,8 +141,10 @@ def _tokenizer(vocab: Vocab) -> tuple[object, frozenset[int]]:
             eog.append(token)
     tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
     ends = eog or [vocab.eos]
+    closing = sorted((t for t, p in enumerate(tokens) if p and not p.strip(b'"}]')), key=lambda t: -len(tokens[t]))
+    closers = np.array([*closing, *(t for t, p in enumerate(tokens) if p in (b",", b", "))], dtype=np.int64)
     return LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=handle, tokenize_fptr=tokenize, eos_token=ends,
-                                     slices=None), frozenset(ends)
+                                     slices=None), frozenset(ends), closers
 
 
 def _in_order(value: Any, schema: Any) -> Any:

@@ -1,0 +1,47 @@
+"""A tool call is shut before its tokens run out, not cut: in its last tokens the grammar's closers are chosen
+(structured/constraint.py, ``close_at``), so a small model that runs a value on still answers with a call that
+parses, and drafts change nothing about it (the closing depends only on the position and the text)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import localspec as api
+from localspec.structured.constraint import _Nesting, closing_room
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"]}}}
+CURRENCY = {"type": "function", "function": {"name": "convert_currency", "parameters": {
+    "type": "object", "properties": {"amount": {"type": "number"}, "from": {"type": "string"},
+                                     "to": {"type": "string"}}, "required": ["amount", "from", "to"]}}}
+
+
+def test_what_is_open_is_shut_innermost_first() -> None:
+    n = _Nesting()
+    n.feed(b'{"name": "f", "arguments": {"list": [1, {"s": "a \\" } ] still')
+    assert n.shutting() == b'"}]}}'
+    n.feed(b'"')
+    assert n.shutting() == b"}]}}"
+    assert closing_room(96) == 16 and closing_room(20) == 10 and closing_room(2) == 1
+
+
+@pytest.mark.parametrize("max_tokens", [32, 48])
+def test_a_call_that_would_run_past_its_tokens_is_shut_valid_and_drafts_change_nothing(
+        model_path: Path, max_tokens: int) -> None:
+    ask = {"messages": [{"role": "user", "content": "How many yen is 250 USD?"}], "tools": [WEATHER, CURRENCY],
+           "tool_choice": "required", "max_tokens": max_tokens}
+    texts = []
+    for drafter in ("none", "ngram"):
+        r = api.generate(ask, drafter=drafter, keep_history=False, parallel=1, ctx=1024)
+        assert r.finish_reason == "tool_calls", (drafter, r.text)
+        call = r.tool_calls[0]["function"]
+        arguments = json.loads(call["arguments"])
+        params = {"get_weather": WEATHER, "convert_currency": CURRENCY}[call["name"]]["function"]["parameters"]
+        assert set(params["required"]) <= set(arguments)
+        assert r.stats.generated_tokens <= max_tokens
+        texts.append((r.text, r.tool_calls[0]["function"]))
+    assert texts[0] == texts[1]
