@@ -327,8 +327,14 @@ async def watching(request: Request, ticket: Ticket, wait: Callable[[], Awaitabl
 
 
 async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for chunk in chunks:
-        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+    try:
+        async for chunk in chunks:
+            yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+    except Exception as e:  # the stream has its 200 already: its own error as its last event, one line in the log
+        message = f"the answer failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        log.error("%s", message)
+        log.debug("the stream failed", exc_info=True)
+        yield f"data: {json.dumps(ApiError(500, message, type='server_error').body())}\n\n".encode()
     yield b"data: [DONE]\n\n"
 
 

@@ -213,6 +213,6 @@ class Service:
         self.queue.close()
         try:
             self.worker.submit(self.rt.close).result(timeout)
-        except Exception:  # closing is best effort: the process is ending
-            log.exception("closing the model failed")
+        except Exception as e:  # closing is best effort: the process is ending
+            log.error("closing the model failed: %s: %s", type(e).__name__, e)
         self.worker.shutdown(wait=False)
