@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from localspec.errors import UserError
 from localspec.structured.cache import BoundedCache
+from localspec.structured.schema_defaults import with_defaults
 
 Kind = Literal["json_schema", "json_object", "grammar", "regex"]
 KINDS: tuple[Kind, ...] = ("json_schema", "json_object", "grammar", "regex")
@@ -136,7 +137,8 @@ def _compile(spec: ConstraintSpec) -> str:
     if spec.kind == "json_object":
         grammar = LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
     elif spec.kind == "json_schema":
-        grammar = LLMatcher.grammar_from_json_schema(spec.text, defaults=JSON_OPTIONS)
+        schema = json.dumps(with_defaults(json.loads(spec.text)))
+        grammar = LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
     elif spec.kind == "regex":
         try:
             re.compile(spec.text)

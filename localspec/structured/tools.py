@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from localspec.structured.schema_defaults import with_defaults
 from localspec.structured.spec import JSON_OPTIONS, TEXT_MAX, ConstraintError, ConstraintSpec
 
 CHOICES = ("none", "auto", "required")
@@ -49,8 +50,8 @@ class ToolUse:
     def call_schema(self) -> dict[str, Any]:
         """One call: {"name": a tool's name, "arguments": that tool's parameters}."""
         chosen = [f for name, f in self.functions().items() if self.choice in ("auto", "required", name)]
-        variants = [{"type": "object", "properties": {"name": {"const": f["name"]},
-                                                      "arguments": f.get("parameters") or {"type": "object"}},
+        variants = [{"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": with_defaults(
+                         f.get("parameters") or {"type": "object"})},
                      "required": ["name", "arguments"], "additionalProperties": False} for f in chosen]
         return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
