@@ -64,7 +64,7 @@ class Prompts:
         ``tools``: OpenAI tool dicts, shown to the model as its template shows them."""
         return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True, tools=tools)
 
-    def tool_prompt(self, messages: list[Message], use: ToolUse) -> tuple[list[int], ConstraintSpec]:
+    def tool_prompt(self, messages: list[Message], use: ToolUse) -> tuple[list[int], ConstraintSpec | None]:
         """A conversation with tools: its tokens, and the constraint of the answer's calls (structured/)."""
         return tool_prompt(self.chat_template, self.model.vocab, messages, use)
 

@@ -20,7 +20,7 @@ HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 
 
 def tool_prompt(template: ChatTemplate, vocab: Vocab, messages: Sequence[Message],
-                use: ToolUse) -> tuple[list[int], ConstraintSpec]:
+                use: ToolUse) -> tuple[list[int], ConstraintSpec | None]:
     """The prompt's tokens and the answer's constraint. A template that renders tools and asks for ``<tool_call>``
     (Qwen2.5's) shows them itself; any other gets the tools in a system message, and calls as JSON."""
     from localspec.engine.chat import Message

@@ -7,11 +7,14 @@ Two ways a model calls a tool:
 - ``json``: a model without such a template (the embedded Gemma): the tools are described in a system message and
   a call is a JSON object ``{"name": …, "arguments": …}`` (a list of them for parallel calls).
 
-``tool_choice`` "required" or a named function constrains the whole answer to calls; "auto" leaves the text free
-until a trigger (the ``<tool_call>`` token, or a fenced ```json block), from which the grammar holds the call:
-a trigger inside an accepted draft starts the grammar at that token (structured/constraint.py). Small models also
-answer a call as bare JSON: the reader takes a whole answer that is a call as one. Every call returned has
-arguments that parse and match its tool's parameters; anything else stays text.
+``tool_choice`` "required" or a named function constrains the whole answer to calls. "auto" leaves the text free;
+only an unambiguous call marker starts the grammar: a template's own call token (Qwen's ``<tool_call>``), from
+which the grammar holds the call up to its own closer (a trigger inside an accepted draft starts the grammar at
+that token, structured/constraint.py). A model without such a marker answers freely, and its answer is read
+afterwards: an answer that is only JSON (bare, or in one fence) naming a tool, with arguments its tool accepts, is
+a call. A JSON example in a fence among other text (a config the user asked for) is never forced into a call, nor
+read as one. Every call returned has arguments that parse and match its tool's parameters; anything else stays
+text.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from localspec.structured.spec import JSON_OPTIONS, TEXT_MAX, ConstraintError, C
 
 CHOICES = ("none", "auto", "required")
 TOOLS_MAX = 128  # OpenAI's own limit: each tool's parameters are a schema to compile
-FENCE = "```json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,19 +57,19 @@ class ToolUse:
                      "required": ["name", "arguments"], "additionalProperties": False} for f in chosen]
         return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
-    def constraint(self, style: str, open_token: int | None, close_token: int | None) -> ConstraintSpec:
-        """The grammar of the answer: calls only ("required", a name), or free text until a trigger ("auto")."""
+    def constraint(self, style: str, open_token: int | None, close_token: int | None) -> ConstraintSpec | None:
+        """The grammar of the answer: calls only ("required", a name), free text until the template's call marker
+        ("auto", hermes), or none ("auto" without a marker: the answer is read afterwards)."""
         # compact JSON as response_format's (spec.JSON_OPTIONS): inside a Lark grammar the schema carries it
         schema = json.dumps({"x-guidance": JSON_OPTIONS, **self.call_schema()})
         if style == "hermes":
             opening = f"<[{open_token}]>" if open_token is not None else '"<tool_call>"'
             closing = f"<[{close_token}]>" if close_token is not None else '"</tool_call>"'
-            block = f'"\\n"? call "\\n"? {closing}'
+            block = f'"\\n"? call "\\n"? {closing}'  # an opener closes with its own closer
             more = f" (ws {opening} {block})*" if self.parallel else ""
-            fenced = 'fence: /[ \\n]*/ call /[ \\n]*/ "```"'
-            if self.choice == "auto":  # the trigger itself was free text; the grammar takes over after it
-                lark = f"start: tagged | fence\ntagged: {block}{more}\n{fenced}"
-                triggers: tuple[str, ...] = (f"<[{open_token}]>" if open_token is not None else "<tool_call>", FENCE)
+            if self.choice == "auto":  # the marker itself was free text; the grammar takes over after it
+                lark = f"start: {block}{more}"
+                triggers: tuple[str, ...] = (f"<[{open_token}]>" if open_token is not None else "<tool_call>",)
             else:
                 lark = f"start: {opening} {block}{more}"
                 triggers = ()
@@ -76,9 +78,8 @@ class ToolUse:
         one = self.call_schema()
         many = {"type": "array", "items": one, "minItems": 1}
         whole = json.dumps({"x-guidance": JSON_OPTIONS, **({"anyOf": [one, many]} if self.parallel else one)})
-        if self.choice == "auto":
-            lark = f'start: /[ \\n]*/ call /[ \\n]*/ "```"\ncall: %json {whole}'
-            return ConstraintSpec("grammar", lark, "tool_calls", (FENCE,))
+        if self.choice == "auto":  # no marker to wait for: any JSON may be an example, so nothing is forced
+            return None
         return ConstraintSpec("grammar", f"start: %json {whole}", "tool_calls")
 
     def system_text(self) -> str:
@@ -161,12 +162,12 @@ def read_calls(text: str, use: ToolUse, valid: Any) -> Calls:
     arguments) -> bool`` against its tool; the answer as plain text where it holds no valid call."""
     functions = use.functions()
     found: list[tuple[int, Any]] = []
-    for m in re.finditer(r"<tool_call>(.*?)(?:</tool_call>|$)", text, re.S):
+    for m in re.finditer(r"<tool_call>(.*?)(?:</tool_call>|```|$)", text, re.S):  # the reader takes either closer
         found.append((m.start(), _loads(m.group(1))))
-    if not found:
-        m = re.search(r"```json\s*(.*?)\s*(?:```|$)", text, re.S)
+    if not found:  # the whole answer as a call: bare JSON, or JSON alone in one fence
+        m = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*(?:```\s*)?", text, re.S)
         if m:
-            found.append((m.start(), _loads(m.group(1))))
+            found.append((0, _loads(m.group(1))))
         elif text.strip().startswith(("{", "[")):
             found.append((0, _loads(text)))
     calls: list[dict[str, Any]] = []
@@ -190,8 +191,9 @@ def read_calls(text: str, use: ToolUse, valid: Any) -> Calls:
 
 
 def may_call(text: str) -> bool:
-    """Whether a call may have begun in ``text`` (a stream holds the rest back until it knows)."""
-    return "<tool_call>" in text or "```" in text or text.lstrip().startswith(("{", "["))
+    """Whether a call may have begun in ``text`` (a stream holds the rest back until it knows): a call marker, or
+    an answer that so far is only JSON, bare or fenced."""
+    return "<tool_call>" in text or text.lstrip().startswith(("{", "[", "```"))
 
 
 def _loads(text: str) -> Any:

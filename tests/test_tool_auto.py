@@ -1,0 +1,83 @@
+"""`tool_choice: "auto"` an agent can rely on: only a template's own call marker starts the call's grammar, an
+opener closes with its own closer, and JSON the user asked for stays text (structured/tools.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import localspec as api
+from localspec.engine import Model
+from localspec.structured.grammars import Grammars
+from localspec.structured.tools import may_call, read_calls, read_tools
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"]}}}
+CURRENCY = {"type": "function", "function": {"name": "convert_currency", "parameters": {
+    "type": "object", "properties": {"amount": {"type": "number"}, "from": {"type": "string"},
+                                     "to": {"type": "string"}}, "required": ["amount", "from", "to"]}}}
+CALL = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}'
+JSON_EXAMPLES = [
+    "Show me an example JSON config for a web server with host and port, in a ```json block.",
+    "Write a JSON example of a user record with name and email, in a fenced json code block.",
+]
+
+
+def ok(name: str, arguments: dict) -> bool:
+    return arguments.get("unit") in ("celsius", "fahrenheit") and isinstance(arguments.get("city"), str)
+
+
+def test_only_json_alone_is_read_as_a_call_and_an_example_in_prose_stays_text() -> None:
+    use = read_tools([WEATHER], "auto", None)
+    assert read_calls(CALL, use, ok).calls and read_calls(f"```json\n{CALL}\n```", use, ok).calls
+    example = f"Here is an example:\n```json\n{CALL}\n```\nUse it as a template."
+    assert read_calls(example, use, ok).calls == () and read_calls(example, use, ok).content == example
+    config = '```json\n{"host": "0.0.0.0", "port": 8080}\n```'  # alone, but it names no tool
+    assert read_calls(config, use, ok).calls == ()
+    # either closer is read: a call opened with the marker and shut with a fence is still the call
+    assert read_calls(f"<tool_call>\n{CALL}\n```", use, ok).calls
+    # a stream holds back only what may still become a call
+    assert may_call("```json\n{") and may_call("  {") and may_call("I will call <tool_call>")
+    assert not may_call("Here is an example:\n```json\n{")
+
+
+def test_auto_without_a_call_marker_puts_no_grammar_on_the_answer_and_with_one_waits_for_it() -> None:
+    use = read_tools([WEATHER], "auto", None)
+    assert use.constraint("json", None, None) is None
+    spec = use.constraint("hermes", 151657, 151658)
+    assert spec.triggers == ("<[151657]>",) and "```" not in spec.text and "fence" not in spec.text
+    required = read_tools([WEATHER], "required", None).constraint("json", None, None)
+    assert required is not None and required.triggers == ()
+
+
+@pytest.fixture(scope="module")
+def grammars(model_path: Path) -> Iterator[Grammars]:
+    with Model(model_path) as model:
+        yield Grammars(model.vocab)
+
+
+def _takes(grammars: Grammars, spec, text: str) -> bool:  # noqa: ANN001
+    matcher = grammars.start(spec).matcher
+    tokens = grammars.vocab.tokenize(text, add_special=False, parse_special=False)
+    return bool(matcher.consume_tokens(tokens)) and not matcher.is_error() and bool(matcher.is_accepting())
+
+
+def test_a_call_opened_with_the_marker_closes_only_with_its_own_closer(grammars: Grammars) -> None:
+    # the marker as text (a vocabulary without it as one token): the grammar holds from after it
+    spec = read_tools([WEATHER], "auto", None).constraint("hermes", None, None)
+    assert spec.triggers == ("<tool_call>",)
+    # the call as the grammar spaces it (compact, or json.dumps' separators): whichever it is, only the closer ends it
+    calls = [CALL, CALL.replace(": ", ":").replace(", ", ",")]
+    assert any(_takes(grammars, spec, f"\n{call}\n</tool_call>") for call in calls)
+    assert not any(_takes(grammars, spec, f"\n{call}\n```") for call in calls)
+
+
+def test_a_json_example_asked_of_the_embedded_model_comes_back_as_text(model_path: Path) -> None:
+    asks = [{"id": str(i), "messages": [{"role": "user", "content": prompt}], "tools": [WEATHER, CURRENCY],
+             "tool_choice": "auto", "max_tokens": 64} for i, prompt in enumerate(JSON_EXAMPLES)]
+    for r in api.generate_many(asks, drafter="ngram", keep_history=False, parallel=2, ctx=1024):
+        assert r.error is None and not r.tool_calls and r.finish_reason != "tool_calls", r
+        assert r.text.strip()
