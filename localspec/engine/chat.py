@@ -114,8 +114,9 @@ class ChatTemplate:
             nonce = secrets.token_hex(6)
         guard = _Guard(nonce, vocab)
         # calls' arguments become objects before they are guarded, so that both renderings agree on them
-        marked = [Message(m.role, guard.mark(m.content), guard.leaves(_object_calls(m.tool_calls)), m.tool_call_id,
-                          m.name) for m in messages]
+        # and so are a tool result's call id and name, which templates print too (Mistral's prints the id)
+        marked = [Message(m.role, guard.mark(m.content), guard.leaves(_object_calls(m.tool_calls)),
+                          guard.leaves(m.tool_call_id), guard.leaves(m.name)) for m in messages]
         marked_tools = guard.leaves(tools)
         skeleton = self.apply(marked, add_assistant=add_assistant, tools=marked_tools)
         found = re.compile("|".join(map(re.escape, guard.texts))) if guard.texts else None
@@ -192,8 +193,8 @@ class _Guard:
             forged = self.vocab.tokenize(value, add_special=False, parse_special=True) != \
                 self.vocab.tokenize(value, add_special=False, parse_special=False)
             return self.mark(value) if forged else value
-        if isinstance(value, Mapping):
-            return {k: self.leaves(v) for k, v in value.items()}
+        if isinstance(value, Mapping):  # keys too: a tool's parameter names and a call's argument keys are printed
+            return {self.leaves(k) if isinstance(k, str) else k: self.leaves(v) for k, v in value.items()}
         if isinstance(value, tuple):
             return tuple(self.leaves(v) for v in value)
         if isinstance(value, list):
