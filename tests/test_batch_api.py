@@ -26,6 +26,8 @@ from localspec.errors import UserError
     (["a"], {"drafter": "draft"}, "drafter draft needs a draft model: pass draft NAME|PATH"),
     (["a"], {"draft": 5}, "draft must be a string (or None)"),
     (["a"], {"drafter": "bogus"}, "unknown drafter 'bogus'"),
+    (["a"], {"profile": "nope"}, "unknown profile 'nope': use one of"),
+    (["a"], {"profile": 5}, "profile must be a string (or None)"),
     (["a"], {"ctx": 10}, "ctx must be at least 16 tokens, got 10"),  # the argument's name, not the flag's
     (["a"], {"gpu_layers": -5}, "gpu_layers must be -1 (all), 0 (CPU) or a count"),
     (["a", {"id": "0", "prompt": "b"}], {}, "id '0' is given to prompt 0 and prompt 1"),
@@ -75,3 +77,14 @@ def test_a_bad_prompt_is_an_error_result_and_a_stop_string_is_one_string(model_p
     assert "lone surrogate" in (results[2].error or "")
     # "country" split into letters would have stopped at the first c, o, u, n, t, r or y
     assert len(results[0].tokens) == 8 and any(c in results[0].text for c in "country"), results[0].text
+
+
+def test_profile_means_what_the_flag_means(model_path: Path) -> None:
+    # gemma3-270m-early-exit: the embedded model drafted by its own first 6 layers (k pinned: on a CPU the policy
+    # finds it does not pay); a drafter given overrides the profile's
+    prompt = "List the planets of the solar system in order:"
+    drafted = localspec.generate(prompt, profile="gemma3-270m-early-exit", k=2, max_tokens=24, keep_history=False)
+    plain = localspec.generate(prompt, profile="gemma3-270m-early-exit", drafter="none", max_tokens=24,
+                               keep_history=False)
+    assert drafted.error is None and drafted.stats.drafted > 0 and plain.stats.drafted == 0
+    assert drafted.text == plain.text

@@ -35,7 +35,8 @@ def generate_many(
     prompts: Iterable[str | Request | Mapping[str, Any]],
     *,
     model: str | None = None,
-    drafter: str = "auto",
+    profile: str | None = None,
+    drafter: str | None = None,
     draft: str | None = None,
     parallel: int | None = None,
     max_tokens: int = 256,
@@ -56,6 +57,9 @@ def generate_many(
     response_format: Any = None,
 ) -> Iterator[Result]:
     """Generate from every prompt, ``parallel`` at a time (None: as many as pay on this device), each speculating.
+    ``profile``: a target/draft profile from models.toml, as ``--profile`` (it sets ``model``, ``drafter``,
+    ``draft`` and ``k`` where they are not given, and the profile's exit layer and RPC servers); ``drafter``
+    defaults to the profile's, else 'auto'.
     ``draft``: a draft model (a models.toml name or a GGUF path sharing the target's tokenizer) for ``drafter``
     'draft' or 'auto' (n-gram lookup first, then the draft model): every prompt's drafts come from it at once.
 
@@ -78,13 +82,20 @@ def generate_many(
         raise UserError(f"generate_many takes a list of prompts, not one {type(prompts).__name__}: put it in a "
                         "list, or call localspec.generate")
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if profile is not None and not isinstance(profile, str):
+        raise UserError(f"profile must be a string (or None), got {profile!r}")
+    fills = _profile(profile, model)
+    model, draft, k = (fills["model"] if model is None else model, fills["draft"] if draft is None else draft,
+                       fills["k"] if k is None else k)
+    drafter = drafter if drafter is not None else fills["drafter"] or "auto"
     _check_types(model=model, drafter=drafter, draft=draft, parallel=parallel, max_tokens=max_tokens,
                  temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed, stop=stops, ctx=ctx,
                  threads=threads, gpu_layers=gpu_layers, k=k)
     settings = Settings(
         model,
-        RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers),
-        SpeculationSettings(drafter=drafter, k=k, draft_model=draft),
+        RuntimeSettings(n_ctx=ctx, n_threads=threads, n_gpu_layers=gpu_layers,
+                        rpc=tuple(fills["rpc"].split(",")) if fills["rpc"] else ()),
+        SpeculationSettings(drafter=drafter, k=k, draft_model=draft, exit_layer=fills["exit_layer"]),
         SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         GenerationSettings(max_tokens=max_tokens, stop=stops, constraint=ConstraintSpec.of(response_format)),
         HistorySettings(None if keep_history is None else ("disk" if keep_history else "memory")),
@@ -125,6 +136,18 @@ def generate(prompt: str | Request | Mapping[str, Any], **options: Any) -> Resul
     """One prompt through the same path (``generate_many``'s options). A prompt that cannot be read raises
     ``localspec.errors.UserError``; one that cannot run (too long) gives a Result with ``error`` set."""
     return next(iter(generate_many([as_request(prompt, 0)], **options)))
+
+
+def _profile(profile: str | None, model: str | None) -> dict[str, Any]:
+    """What ``profile`` fills in (or models.toml's ``default`` profile, where neither it nor a model is given), as
+    ``--profile`` does; every value None without one."""
+    from localspec.models.registry import default_profile, profile_options
+
+    if profile is None and model is None:
+        profile = default_profile()
+    if profile is None:
+        return dict.fromkeys(("model", "drafter", "draft", "k", "exit_layer", "rpc"))
+    return profile_options(profile)
 
 
 def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request:
@@ -203,4 +226,4 @@ def _check_types(**values: Any) -> None:
 
 _INTS = {"parallel", "max_tokens", "top_k", "seed", "ctx", "threads", "gpu_layers", "k"}
 _FLOATS = {"temperature", "top_p", "min_p"}
-_OPTIONAL = {"model", "draft", "parallel", "seed", "threads", "gpu_layers", "k"}
+_OPTIONAL = {"model", "profile", "draft", "parallel", "seed", "threads", "gpu_layers", "k"}

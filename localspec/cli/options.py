@@ -149,11 +149,9 @@ def build_options(**given: Any) -> Settings:
 
         profile = default_profile()
     if profile is not None:
-        from localspec.models.registry import resolve_profile
+        from localspec.models.registry import profile_options
 
-        p = resolve_profile(profile)
-        for name, value in (("model", p.target), ("drafter", p.drafter), ("draft", p.draft), ("k", p.k),
-                            ("exit_layer", p.exit_layer), ("rpc", ",".join(p.rpc) or None)):
+        for name, value in profile_options(profile).items():
             if values[name] is None:
                 values[name] = value
     if values["drafter"] is None:

@@ -397,3 +397,11 @@ def resolve_profile(name: str) -> Profile:
     if profile is None:
         raise UserError(f"unknown profile '{name}': use one of {_list(reg.profiles)} (see `localspec models`)")
     return profile
+
+
+def profile_options(name: str) -> dict[str, Any]:
+    """What a profile sets where the caller leaves it out, by option name (``--profile`` and ``profile=`` alike):
+    the model, drafter, draft model, k, exit layer and RPC servers ("HOST:PORT,..."; None where it has none)."""
+    p = resolve_profile(name)
+    return {"model": p.target, "drafter": p.drafter, "draft": p.draft, "k": p.k, "exit_layer": p.exit_layer,
+            "rpc": ",".join(p.rpc) or None}
