@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 
 from localspec.structured.constraint import Constraint
+from localspec.structured.json_style import DEFAULT, Separators
 from localspec.structured.spec import ConstraintError, ConstraintSpec
 
 if TYPE_CHECKING:
@@ -53,15 +54,19 @@ class Grammars:
             pristine = self._matchers[spec] = matcher
         return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece)
 
-    def matches(self, schema: Mapping[str, Any], value: Any) -> bool:
-        """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (compact,
-        properties in the schema's order) and run through it."""
+    def matches(self, schema: Mapping[str, Any], value: Any, separators: Separators = DEFAULT) -> bool:
+        """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (with
+        ``separators``, the answer's; properties in the schema's order) and run through it. False, never an
+        error, for a value that cannot be written (a lone surrogate is no UTF-8)."""
         try:
-            matcher = self.start(ConstraintSpec.json_schema(schema)).matcher  # compiled once per schema
+            matcher = self.start(ConstraintSpec.json_schema(schema, separators=separators)).matcher  # once a schema
         except ConstraintError:
             return False
-        text = json.dumps(_in_order(value, schema), ensure_ascii=False, separators=(",", ":"))
-        tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
+        try:
+            text = json.dumps(_in_order(value, schema), ensure_ascii=False, separators=separators)
+            tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
+        except ValueError:  # UnicodeEncodeError among them
+            return False
         return bool(matcher.consume_tokens(tokens) and matcher.is_accepting())
 
     def _tokenizer_built(self) -> object:
