@@ -16,6 +16,7 @@ from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings
 from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.scheduler import Scheduler
+from localspec.structured.json_style import follow_prompt
 
 # what a Finished reason is called in a result: the OpenAI words where there is one
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",
@@ -84,7 +85,9 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     generation = GenerationSettings(
         max_tokens=request.max_tokens if request.max_tokens is not None else settings.generation.max_tokens,
         stop=request.stop if request.stop is not None else settings.generation.stop,
-        constraint=request.constraint or settings.generation.constraint,
+        # JSON spaced as the prompt's own (structured/json_style.py)
+        constraint=follow_prompt(request.constraint or settings.generation.constraint,
+                                 [m.content for m in request.messages or ()] or [request.prompt or ""]),
     )
     cap = settings.generation.max_tokens_cap
     if cap is not None and request.max_tokens is not None and request.max_tokens > cap:

@@ -21,6 +21,7 @@ from localspec.cli.structured import constraint_from_options
 from localspec.errors import UserError
 from localspec.events import Finished, Notice, Stats, Step, Token
 from localspec.settings import Settings
+from localspec.structured.json_style import follow_prompt
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -94,13 +95,14 @@ def run(
 
     with user_errors():
         spec = constraint_from_options(json_schema, grammar, regex, stdin_taken=prompt == "-" and not prompt_file)
-        if spec is not None:
-            options = replace(options, generation=replace(options.generation, constraint=spec))
-            options.generation.validate()
         text = read_prompt(prompt, prompt_file)
         if system is not None:  # a system message only exists inside a chat template
             system = decode_argument(system, "--system")
             chat = True
+        if spec is not None:  # its JSON spaced as the prompt's own (structured/json_style.py)
+            spec = follow_prompt(spec, [system or "", text])
+            options = replace(options, generation=replace(options.generation, constraint=spec))
+            options.generation.validate()
         # from here on a first Ctrl-C is a request: it stops a model load, or the generation after its step
         with ctrl_c_as_request() as cancelled, Runtime.open(options, cancelled=cancelled) as rt:
             for notice in rt.notices:

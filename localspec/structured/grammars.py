@@ -24,6 +24,7 @@ import numpy as np
 
 from localspec.structured.cache import BoundedCache
 from localspec.structured.constraint import Constraint
+from localspec.structured.json_style import DEFAULT, Separators
 from localspec.structured.spec import ConstraintError, ConstraintSpec
 
 # llguidance's bounds on what one grammar may cost (its LLParserLimits): the grammar's size, the lexer's work to
@@ -90,14 +91,18 @@ class Grammars:
         return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece,
                           self._closers)
 
-    def matches(self, schema: Mapping[str, Any], value: Any) -> bool:
-        """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (compact,
-        properties in the schema's order) and run through it."""
+    def matches(self, schema: Mapping[str, Any], value: Any, separators: Separators = DEFAULT) -> bool:
+        """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (with
+        ``separators``, the answer's; properties in the schema's order) and run through it. False, never an
+        error, for a value that cannot be written (a lone surrogate is no UTF-8)."""
         try:
-            matcher = self.start(ConstraintSpec.json_schema(schema)).matcher  # compiled once per schema
-            text = json.dumps(_in_order(value, schema), ensure_ascii=False, separators=(",", ":"))
+            matcher = self.start(ConstraintSpec.json_schema(schema, separators=separators)).matcher  # once a schema
+        except ConstraintError:
+            return False
+        try:
+            text = json.dumps(_in_order(value, schema), ensure_ascii=False, separators=separators)
             tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
-        except (ConstraintError, UnicodeEncodeError):  # a lone surrogate in a string is no valid JSON text
+        except ValueError:  # UnicodeEncodeError among them
             return False
         return bool(matcher.consume_tokens(tokens) and matcher.is_accepting())
 

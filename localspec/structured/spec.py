@@ -14,12 +14,14 @@ from typing import Any, Literal
 
 from localspec.errors import UserError
 from localspec.structured.cache import BoundedCache
+from localspec.structured.json_style import DEFAULT, Separators, json_options
+from localspec.structured.numbers import ANY_OBJECT, bounded
 from localspec.structured.schema_defaults import with_defaults
 
 Kind = Literal["json_schema", "json_object", "grammar", "regex"]
 KINDS: tuple[Kind, ...] = ("json_schema", "json_object", "grammar", "regex")
-# compact JSON: the separators a model was shown in its worked examples, and more of the answer forced (drafted)
-JSON_OPTIONS = {"whitespace_flexible": False}
+# llguidance's JSON options where no prompt decides the separators (structured/json_style.py)
+JSON_OPTIONS = json_options(DEFAULT)
 # the most bytes a schema, a grammar or a regex may have (a tools list: structured/tools.py): far above any real one,
 # and what one request may make a server compile (DESIGN.md, "Requests that cannot hurt each other")
 TEXT_MAX = 64 * 1024
@@ -46,9 +48,13 @@ class ConstraintSpec:
     # the grammar holds only from the first of these in the answer on (text, or a token as "<[id]>"): before it
     # the text is free (a tool call after its trigger, structured/tools.py); () holds the whole answer
     triggers: tuple[str, ...] = ()
+    # how a JSON kind's answer is spaced, (item, key): as the prompt's own JSON (json_style.follow_prompt); a
+    # schema's own "x-guidance" goes over it
+    separators: Separators = DEFAULT
 
     @classmethod
-    def json_schema(cls, schema: Mapping[str, Any] | str, name: str = "") -> ConstraintSpec:
+    def json_schema(cls, schema: Mapping[str, Any] | str, name: str = "",
+                    separators: Separators = DEFAULT) -> ConstraintSpec:
         if isinstance(schema, str):
             try:
                 schema = json.loads(schema)
@@ -57,7 +63,7 @@ class ConstraintSpec:
         if not isinstance(schema, Mapping):
             raise ConstraintError("a JSON schema must be a JSON object")
         # key order kept: the answer's properties come in the schema's order
-        return cls("json_schema", json.dumps(schema), name)
+        return cls("json_schema", json.dumps(schema), name, separators=separators)
 
     @classmethod
     def of(cls, value: Any) -> ConstraintSpec | None:
@@ -135,10 +141,9 @@ def _compile(spec: ConstraintSpec) -> str:
     from llguidance.gbnf_to_lark import gbnf_to_lark
 
     if spec.kind == "json_object":
-        grammar = LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
+        grammar = _json_grammar(ANY_OBJECT, spec.separators)
     elif spec.kind == "json_schema":
-        schema = json.dumps(with_defaults(json.loads(spec.text)))
-        grammar = LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
+        grammar = _json_grammar(with_defaults(json.loads(spec.text)), spec.separators)
     elif spec.kind == "regex":
         try:
             re.compile(spec.text)
@@ -161,6 +166,23 @@ def _compile(spec: ConstraintSpec) -> str:
         at = f" (at {where})" if where else ""
         raise ConstraintError(f"the {spec.describe()} cannot be used{at}: {_one_line(error)}")
     return grammar
+
+
+def _json_grammar(schema: Any, separators: Separators) -> str:
+    """The schema's grammar with its numbers bounded (structured/numbers.py); where the bounds cannot compile
+    beside the schema's own (a minimum above the bound), the schema as it is, so that its errors are its own."""
+    from llguidance import LLMatcher
+
+    options = json_options(separators)
+    rewritten = bounded(schema)
+    if rewritten != schema:
+        try:
+            grammar = LLMatcher.grammar_from_json_schema(json.dumps(rewritten), defaults=options)
+            if not _error(grammar):
+                return grammar
+        except ValueError:
+            pass
+    return LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=options)
 
 
 def _error(grammar: str) -> str:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from localspec.structured.json_style import separators_of
 from localspec.structured.spec import ConstraintSpec
 from localspec.structured.tools import Calls, ToolUse, read_calls
 
@@ -28,7 +29,13 @@ def tool_prompt(template: ChatTemplate, vocab: Vocab, messages: Sequence[Message
     jinja = getattr(template, "jinja", None)
     if jinja is not None and HERMES_OPEN.encode() in template.template:
         tokens = template.tokenize(vocab, list(messages), tools=use.tools)
-        return tokens, use.constraint("hermes", _single(vocab, HERMES_OPEN), _single(vocab, HERMES_CLOSE))
+        # the call spaced as the rendered prompt writes JSON (its template's tools and instructions among it)
+        rendered = b"".join(vocab.piece(t) for t in tokens).decode("utf-8", "replace")
+        return tokens, use.constraint("hermes", _single(vocab, HERMES_OPEN), _single(vocab, HERMES_CLOSE),
+                                      separators_of([rendered]))
+    # the conversation's own JSON decides how the tools, earlier calls and the call are spaced
+    arguments = [c["function"].get("arguments") for m in messages for c in m.tool_calls or ()]
+    separators = separators_of([m.content for m in messages] + [a for a in arguments if isinstance(a, str)])
     plain: list[Message] = []
     for m in messages:  # a template without tools cannot show calls and results: as text, in the same words
         if m.role == "tool":
@@ -36,23 +43,26 @@ def tool_prompt(template: ChatTemplate, vocab: Vocab, messages: Sequence[Message
         elif m.tool_calls:
             calls = [{"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))}
                      for c in m.tool_calls]
-            plain.append(Message("assistant", json.dumps(calls[0] if len(calls) == 1 else calls)))
+            plain.append(Message("assistant", json.dumps(calls[0] if len(calls) == 1 else calls,
+                                                         separators=separators)))
         else:
             plain.append(Message(m.role, m.content))
-    described = use.system_text()
+    described = use.system_text(separators)
     if plain and plain[0].role == "system":
         plain[0] = Message("system", f"{plain[0].content}\n\n{described}")
     else:
         plain.insert(0, Message("system", described))
-    return template.tokenize(vocab, plain), use.constraint("json", None, None)
+    return template.tokenize(vocab, plain), use.constraint("json", None, None, separators)
 
 
 def tool_calls(grammars: Grammars, text: str, use: ToolUse) -> Calls:
     """The calls in an answer; a call whose arguments do not match its tool's parameters is no call."""
     functions = use.functions()
 
+    separators = separators_of([text])  # the answer's own: as its grammar wrote it
+
     def valid(name: str, arguments: Mapping[str, Any]) -> bool:
-        return grammars.matches(functions[name].get("parameters") or {"type": "object"}, arguments)
+        return grammars.matches(functions[name].get("parameters") or {"type": "object"}, arguments, separators)
 
     return read_calls(text, use, valid)
 

@@ -26,8 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from localspec.structured.json_style import DEFAULT, Separators, json_options
+from localspec.structured.numbers import bounded
 from localspec.structured.schema_defaults import with_defaults
-from localspec.structured.spec import JSON_OPTIONS, TEXT_MAX, ConstraintError, ConstraintSpec
+from localspec.structured.spec import TEXT_MAX, ConstraintError, ConstraintSpec
 
 CHOICES = ("none", "auto", "required")
 TOOLS_MAX = 128  # OpenAI's own limit: each tool's parameters are a schema to compile
@@ -57,11 +59,14 @@ class ToolUse:
                      "required": ["name", "arguments"], "additionalProperties": False} for f in chosen]
         return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
-    def constraint(self, style: str, open_token: int | None, close_token: int | None) -> ConstraintSpec | None:
+    def constraint(self, style: str, open_token: int | None, close_token: int | None,
+                   separators: Separators = DEFAULT) -> ConstraintSpec | None:
         """The grammar of the answer: calls only ("required", a name), free text until the template's call marker
-        ("auto", hermes), or none ("auto" without a marker: the answer is read afterwards)."""
-        # compact JSON as response_format's (spec.JSON_OPTIONS): inside a Lark grammar the schema carries it
-        schema = json.dumps({"x-guidance": JSON_OPTIONS, **self.call_schema()})
+        ("auto", hermes), or none ("auto" without a marker: the answer is read afterwards); its JSON spaced with
+        ``separators`` (the prompt's, structured/json_style.py), its numbers bounded."""
+        # inside a Lark grammar the schema carries its JSON options itself
+        options = json_options(separators)
+        schema = json.dumps({"x-guidance": options, **bounded(self.call_schema())})
         if style == "hermes":
             opening = f"<[{open_token}]>" if open_token is not None else '"<tool_call>"'
             closing = f"<[{close_token}]>" if close_token is not None else '"</tool_call>"'
@@ -77,20 +82,22 @@ class ToolUse:
             return ConstraintSpec("grammar", lark, "tool_calls", triggers)
         one = self.call_schema()
         many = {"type": "array", "items": one, "minItems": 1}
-        whole = json.dumps({"x-guidance": JSON_OPTIONS, **({"anyOf": [one, many]} if self.parallel else one)})
+        whole = json.dumps({"x-guidance": options, **bounded({"anyOf": [one, many]} if self.parallel else one)})
         if self.choice == "auto":  # no marker to wait for: any JSON may be an example, so nothing is forced
             return None
         return ConstraintSpec("grammar", f"start: %json {whole}", "tool_calls")
 
-    def system_text(self) -> str:
-        """For a template that cannot show tools: the tools and how to call them, in words the model can follow."""
+    def system_text(self, separators: Separators = DEFAULT) -> str:
+        """For a template that cannot show tools: the tools and how to call them, in words the model can follow;
+        its JSON spaced as the grammar will space the call."""
+        item, key = separators
         lines = ["You can call these tools (functions):"]
         for f in self.functions().values():
             lines.append(json.dumps({"name": f["name"], "description": f.get("description", ""),
-                                     "parameters": f.get("parameters") or {}}))
-        lines.append('To call one, answer with only a JSON object: {"name": <the tool\'s name>, "arguments": '
-                     "<its arguments>}" + (", or a JSON list of such objects for several calls." if self.parallel
-                                           else "."))
+                                     "parameters": f.get("parameters") or {}}, separators=separators))
+        lines.append(f'To call one, answer with only a JSON object: {{"name"{key}<the tool\'s name>{item}"arguments"'
+                     f"{key}<its arguments>}}" + (", or a JSON list of such objects for several calls."
+                                                  if self.parallel else "."))
         if self.choice == "required":
             lines.append("You must call a tool.")
         elif self.choice not in CHOICES:
