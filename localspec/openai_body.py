@@ -211,7 +211,8 @@ def _messages(raw: Any) -> tuple[Message, ...]:
                 raise BodyError(f"messages.{i}.tool_call_id", f"messages[{i}]: a tool message needs the "
                                                               "tool_call_id of the call it answers")
             name = m.get("name") if isinstance(m.get("name"), str) else None
-            out.append(Message("tool", _content(m, i), tool_call_id=call_id, name=name))
+            out.append(Message("tool", _content(m, i), tool_call_id=_unicode(call_id, f"messages.{i}.tool_call_id"),
+                               name=None if name is None else _unicode(name, f"messages.{i}.name")))
         elif role == "assistant" and m.get("tool_calls"):
             out.append(Message("assistant", _content(m, i), tool_calls=_calls(m["tool_calls"], i)))
         else:
@@ -232,8 +233,14 @@ def _calls(raw: Any, i: int) -> tuple[dict[str, Any], ...]:
                 or not isinstance(f.get("arguments", "{}"), str):
             raise BodyError(f"{param}.{j}", f"messages[{i}].tool_calls[{j}] must be {{\"id\", \"type\": "
                                             "\"function\", \"function\": {\"name\", \"arguments\": a JSON string}}")
-        calls.append({"id": str(call.get("id") or f"call_{i}_{j}"), "type": "function",
-                      "function": {"name": f["name"], "arguments": f.get("arguments", "{}")}})
+        where = f"{param}.{j}.function"
+        arguments = _unicode(f.get("arguments", "{}"), f"{where}.arguments")
+        try:  # escaped in the JSON text ("\\ud800"), a lone surrogate is as invalid once the arguments are read
+            _unicode(json.dumps(json.loads(arguments), ensure_ascii=False), f"{where}.arguments")
+        except ValueError:  # arguments that are not JSON are passed on as the text they are
+            pass
+        calls.append({"id": _unicode(str(call.get("id") or f"call_{i}_{j}"), f"{param}.{j}.id"), "type": "function",
+                      "function": {"name": _unicode(f["name"], f"{where}.name"), "arguments": arguments}})
     return tuple(calls)
 
 

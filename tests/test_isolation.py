@@ -89,6 +89,18 @@ def _tools(n: int) -> list[dict]:
             for i in range(n)]
 
 
+def _nested(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+SURROGATE_CALL = [{"role": "user", "content": "Weather?"},
+                  {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                      "name": "tool_0", "arguments": '{"city": "\\ud800"}'}}]},
+                  {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+
 BAD = {
     "unknown special token": ({"response_format": {"type": "grammar", "grammar": "start: <|x|>"}},
                               "unknown special token"),
@@ -99,6 +111,9 @@ BAD = {
         "name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#/$defs/nowhere"}}}}}},
         "JSON schema"),
     "129 tools": ({"tools": _tools(129)}, "128"),
+    "a schema nested past the parser's depth": ({"response_format": {"type": "json_schema", "json_schema": {
+        "name": "deep", "schema": _nested(300)}}}, "cannot be used"),
+    "a lone surrogate in a call's arguments": ({"messages": SURROGATE_CALL, "tools": _tools(1)}, "lone surrogate"),
     "a 70 KiB schema": ({"response_format": {"type": "json_schema", "json_schema": {"name": "big", "schema": {
         "type": "object", "properties": {f"p{i:05d}": {"type": "string"} for i in range(3000)}}}}},
         "bytes"),

@@ -137,6 +137,15 @@ def _compiled(spec: ConstraintSpec) -> str:
 
 
 def _compile(spec: ConstraintSpec) -> str:
+    """The spec's grammar; ConstraintError for whatever llguidance refuses, a schema nested past its parser's depth
+    included (a ValueError there)."""
+    try:
+        return _grammar_of(spec)
+    except ValueError as e:
+        raise ConstraintError(f"the {spec.describe()} cannot be used: {_one_line(str(e))}") from None
+
+
+def _grammar_of(spec: ConstraintSpec) -> str:
     from llguidance import LLMatcher
     from llguidance.gbnf_to_lark import gbnf_to_lark
 
