@@ -132,15 +132,13 @@ class Probe:
 
 
 # greedy and fixed: each is sent alone before and after the soak and again among its traffic, and its text must not
-# change. The first is the isolation test's long request (no near-tie in 160 tokens)
+# change. The first is the isolation test's long request (no near-tie in 160 tokens). Left out: prompts whose
+# greedy text meets a near-tie of the 270M model (a planets list, a required call's tool name), which a cached
+# prefix alone flips (alone before against alone after differed in a short run)
 PROBES = [
     Probe("list", {"messages": _user("Continue the list up to 100: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"),
                    "max_tokens": 96}, False),
-    Probe("planets", {"messages": _user("Name the planets of the solar system in order, one a line."),
-                      "max_tokens": 64}, True),
     Probe("schema", {"messages": _user(SCHEMAS[0][1]), "max_tokens": 48, "response_format": SCHEMAS[0][0]}, False),
-    Probe("required", {"messages": _user("What's the weather in Paris?"), "max_tokens": 64, "tools": TOOLS,
-                       "tool_choice": "required"}, False),
     Probe("named", {"messages": _user("Convert 100 dollars to euros."), "max_tokens": 64, "tools": TOOLS,
                     "tool_choice": {"type": "function", "function": {"name": "convert_currency"}}}, True),
     Probe("email", {"messages": _user("Write a two-line email declining a meeting."), "max_tokens": 64}, True),
@@ -221,8 +219,10 @@ BAD_KINDS = ["grammar-special-token", "grammar-token-range", "schema-unsupported
 
 
 def bad_expected(kind: str, status: int) -> bool:
-    """A 4xx for every bad kind; a forged token may also be answered, as text."""
-    return 400 <= status < 500 or (kind.startswith("forged-") and status == 200)
+    """A 4xx for every bad kind; a forged token may also be answered, as text; a pattern built to exhaust the
+    lexer may also be answered within llguidance's limits (its lexer builds only the states the answer visits)."""
+    answered = kind.startswith("forged-") or kind == "lexer-exhaustion"
+    return 400 <= status < 500 or (answered and status == 200)
 
 
 def for_llama_server(body: dict[str, Any]) -> dict[str, Any]:
