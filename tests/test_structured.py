@@ -25,6 +25,7 @@ from localspec.settings import (
     SpeculationSettings,
 )
 from localspec.structured import ConstraintError, ConstraintSpec
+from localspec.structured.json_style import follow_prompt
 from tests.conftest import assert_one_line_error
 
 runner = CliRunner()
@@ -124,6 +125,13 @@ CASES: list[tuple[dict, str, list[str]]] = [
 ]
 PAIRS = [(schema, f"Extract the fields as JSON.\n{example}\nText: {text}\nJSON: ") for schema, example, texts in CASES
          for text in texts]
+
+
+def spec_for(schema: dict, prompt: str) -> ConstraintSpec:
+    """The schema's spec as every face builds it for this prompt: spaced as the prompt's JSON (compact here)."""
+    spec = follow_prompt(ConstraintSpec.json_schema(schema), [prompt])
+    assert spec is not None
+    return spec
 MAX_TOKENS = 32
 
 
@@ -158,7 +166,7 @@ def target_only(rt: Runtime) -> list[list[int]]:
     """Each pair's constrained target-only answer; every one of them parses and is whole."""
     outs = []
     for schema, prompt in PAIRS:
-        ids, text, finished = constrained(rt, prompt, ConstraintSpec.json_schema(schema), "none")
+        ids, text, finished = constrained(rt, prompt, spec_for(schema, prompt), "none")
         assert finished.reason == "eog", (prompt, text)
         assert finished.stats.forced_drafted == 0  # --drafter none drafts nothing, forced tokens included
         assert set(json.loads(text)) == set(schema["required"]), text
@@ -194,7 +202,7 @@ def test_thirty_pairs_under_ngram_drafts_equal_constrained_target_only(rt: Runti
     assert len(PAIRS) >= 30
     forced = accepted = passes = tokens = 0
     for (schema, prompt), base in zip(PAIRS, target_only):
-        spec = ConstraintSpec.json_schema(schema)
+        spec = spec_for(schema, prompt)
         ids, text, finished = constrained(rt, prompt, spec, "ngram")
         same_or_near_tie(rt, prompt, spec, base, ids, noise)
         forced += finished.stats.forced_drafted
@@ -209,7 +217,7 @@ def test_drafts_from_earlier_answers_and_a_draft_model_stay_lossless(rt: Runtime
                                                                      model_path: Path, noise: float) -> None:
     # the history (memory) holds the earlier runs' answers now: "auto" drafts them back, verified under the grammar
     for (schema, prompt), base in list(zip(PAIRS, target_only))[::5]:
-        spec = ConstraintSpec.json_schema(schema)
+        spec = spec_for(schema, prompt)
         ids, _, finished = constrained(rt, prompt, spec, "auto")
         same_or_near_tie(rt, prompt, spec, base, ids, noise)
     settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024),
@@ -217,7 +225,7 @@ def test_drafts_from_earlier_answers_and_a_draft_model_stay_lossless(rt: Runtime
                         history=HistorySettings("off"))
     with Runtime.open(settings) as other:
         for (schema, prompt), base in list(zip(PAIRS, target_only))[::10]:
-            spec = ConstraintSpec.json_schema(schema)
+            spec = spec_for(schema, prompt)
             same_or_near_tie(rt, prompt, spec, base, constrained(other, prompt, spec, "draft", k=3)[0], noise)
 
 
@@ -285,7 +293,7 @@ def test_many_prompts_in_one_batch_each_under_its_own_schema_equal_target_only(
     for i in chosen:
         result = results[str(i)]
         assert result.finish_reason == "stop" and json.loads(result.text)
-        same_or_near_tie(rt, PAIRS[i][1], ConstraintSpec.json_schema(PAIRS[i][0]), target_only[i], result.tokens,
+        same_or_near_tie(rt, PAIRS[i][1], spec_for(PAIRS[i][0], PAIRS[i][1]), target_only[i], result.tokens,
                          noise)
 
 
