@@ -12,13 +12,7 @@ import pytest
 
 import localspec as api
 from localspec.structured.constraint import _Nesting, closing_room
-
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-    "required": ["city", "unit"]}}}
-CURRENCY = {"type": "function", "function": {"name": "convert_currency", "parameters": {
-    "type": "object", "properties": {"amount": {"type": "number"}, "from": {"type": "string"},
-                                     "to": {"type": "string"}}, "required": ["amount", "from", "to"]}}}
+from tests.test_tool_auto import CURRENCY, WEATHER
 
 
 def test_what_is_open_is_shut_innermost_first() -> None:

@@ -20,19 +20,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_soak import TOOLS  # noqa: E402  (the soak's two tools: weather and currency)
+
 from tests.test_serve import start  # noqa: E402  (the suite's own server starter: the real command, loopback)
 
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city",
-                                      "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-        "required": ["city", "unit"]}}},
-    {"type": "function", "function": {"name": "convert_currency", "description": "Convert an amount of money",
-                                      "parameters": {
-        "type": "object", "properties": {"amount": {"type": "number"}, "from": {"type": "string"},
-                                         "to": {"type": "string"}},
-        "required": ["amount", "from", "to"]}}},
-]
 PROMPTS = [
     "What's the weather in Paris?", "Is it raining in Tokyo right now? Answer in fahrenheit.",
     "How warm is it in Cairo today?", "Weather for Oslo please, in celsius.", "Do I need a coat in Chicago?",
