@@ -86,7 +86,8 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                            type="authentication_error", code="invalid_api_key")
         return scope_of_key(limits.api_key)
 
-    async def read_json(request: Request) -> object:
+    async def read_body(request: Request) -> bytes:
+        """The body's bytes (parsed in the admitting thread: a megabyte of JSON is milliseconds of the loop's)."""
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > limits.max_body:
             raise ApiError(413, f"the request body is over {limits.max_body} bytes", code="request_too_large")
@@ -95,8 +96,11 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             body += piece
             if len(body) > limits.max_body:
                 raise ApiError(413, f"the request body is over {limits.max_body} bytes", code="request_too_large")
+        return bytes(body)
+
+    def decoded(raw: bytes) -> object:
         try:
-            return loads(bytes(body))
+            return loads(raw)
         except ValueError as e:  # UnicodeDecodeError included
             raise ApiError(400, f"the request body is not valid JSON: {e}") from None
 
@@ -105,16 +109,16 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             raise ApiError(404, f"the model {name!r} is not served here: use {model_name!r} (GET /v1/models)",
                            param="model", code="model_not_found")
 
-    def admit(kind: Kind, data: object) -> tuple[Body, Answer, Any]:
+    def admit(kind: Kind, raw: bytes) -> tuple[Body, Answer, Any]:
         """The request as a job, every part of it checked (in a worker thread: it may compile a grammar)."""
-        body = parse(kind, data)
+        body = parse(kind, decoded(raw))
         check_model(body.model)
         answer = Answer(chat=kind == "chat", model=model_name)
         return body, answer, job_of(body, answer)
 
-    async def admitted(kind: Kind, data: object) -> tuple[Body, Answer, Any]:
+    async def admitted(kind: Kind, raw: bytes) -> tuple[Body, Answer, Any]:
         with anyio.move_on_after(limits.admit_timeout) as scope:
-            return await anyio.to_thread.run_sync(lambda: admit(kind, data), limiter=admitting,
+            return await anyio.to_thread.run_sync(lambda: admit(kind, raw), limiter=admitting,
                                                   abandon_on_cancel=True)
         assert scope.cancelled_caught
         raise ApiError(503, f"the server could not check this request within {limits.admit_timeout:g} s (its grammar's "
@@ -149,7 +153,7 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
 
     async def generate(request: Request, kind: Kind) -> Response:
         scope = authorize(request)
-        body, answer, job = await admitted(kind, await read_json(request))
+        body, answer, job = await admitted(kind, await read_body(request))
         job.scope = scope
         deadline = None if limits.request_timeout is None else time.monotonic() + limits.request_timeout
         ticket = service.submit(job, deadline)
