@@ -95,19 +95,14 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
                                       f"(--max-tokens-cap), got {request.max_tokens}")
     sampling.validate()
     generation.validate()
-    try:
-        if request.tools is not None:  # the tools shown to the model (its template's way, or a system message)
-            tokens, tool_constraint = rt.tool_prompt(list(request.messages or ()), request.tools)
-            generation = replace(generation, constraint=tool_constraint)
-        elif request.messages is not None:
-            tokens = rt.chat_tokens(list(request.messages))
-        else:
-            tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
-    except UserError:
-        raise
-    except Exception as e:  # the model's own Jinja template raised (raise_exception, a role it refuses)
-        raise UserError(f"the model's chat template cannot render these messages: {type(e).__name__}: "
-                        f"{' '.join(str(e).split())[:300]}") from None
+    # a template that refuses the messages raises TemplateError, a UserError (engine/template.py): this request's
+    if request.tools is not None:  # the tools shown to the model (its template's way, or a system message)
+        tokens, tool_constraint = rt.tool_prompt(list(request.messages or ()), request.tools)
+        generation = replace(generation, constraint=tool_constraint)
+    elif request.messages is not None:
+        tokens = rt.chat_tokens(list(request.messages))
+    else:
+        tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
     # the grammar's matcher now, with the model's tokenizer: a grammar that cannot be used fails this request here,
     # never a pass that other requests share (structured/grammars.py)
     constraint = generation.constraint
