@@ -6,6 +6,10 @@ the message must say what is wrong and what to do about it.
 
 from __future__ import annotations
 
+# what a guard around one request's work lets through: the process is stopping, not the request failing. Anything
+# else, llguidance's Rust panics included (pyo3's PanicException is a BaseException), is that request's failure
+STOPPING = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
 
 class UserError(Exception):
     """A problem with the user's input or environment, reported as one line and exit code 2."""

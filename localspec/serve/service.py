@@ -17,6 +17,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from localspec.errors import STOPPING
 from localspec.events import Event, Finished, Prefill, Step
 from localspec.runtime import BatchRuntime, save_history
 from localspec.serve.metrics import Metrics
@@ -160,7 +161,7 @@ class Service:
                                                 idle=self._idle):
                     self._deliver(job, event)
                 return
-            except (KeyboardInterrupt, SystemExit):
+            except STOPPING:
                 raise
             except BaseException as e:
                 # a failure of the pass every running request shared (a request's own steps fail it alone, in the

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from localspec.drafters.base import Draft
+from localspec.errors import STOPPING
 from localspec.events import Event, Prefill, Stats
 from localspec.passes import Outputs, Part
 from localspec.speculative.costs import PassCosts
@@ -42,9 +43,6 @@ PREFILL_CHUNK = 32
 
 
 _SPENT = object()  # what next() gives once a job iterator is exhausted (None means "no job yet")
-# what a flight's guard lets through: the process is stopping, not the flight failing. Everything else, llguidance's
-# Rust panics included (pyo3's PanicException is a BaseException), ends that flight alone
-_STOPPING = (KeyboardInterrupt, SystemExit, GeneratorExit)
 T = TypeVar("T")
 
 
@@ -158,7 +156,7 @@ class Scheduler:
             return None
         try:
             return step()
-        except (*_STOPPING, DraftWanted):  # stopping, or a plan waiting for the draft phase: not a failure
+        except (*STOPPING, DraftWanted):  # stopping, or a plan waiting for the draft phase: not a failure
             raise
         except BaseException as e:
             f.error = Failed.of(e)
@@ -192,7 +190,7 @@ class Scheduler:
             lane = self._lane_for(job, flights)
             try:
                 flights[lane] = self._start(job, lane)
-            except _STOPPING:
+            except STOPPING:
                 raise
             except BaseException as e:  # its generator could not be made: the lane stays free
                 self.lanes[lane].truncate(0)
@@ -326,7 +324,7 @@ class Scheduler:
         assert phase is not None
         try:
             drafts = phase.draft([w for _, w in wanted])
-        except _STOPPING:
+        except STOPPING:
             raise
         except BaseException:  # a draft is only a guess: these lanes verify none this pass, their draft lanes restart
             for f, _ in wanted:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 import numpy as np
 
+from localspec.errors import STOPPING
 from localspec.structured.cache import BoundedCache
 from localspec.structured.constraint import Constraint
 from localspec.structured.json_style import DEFAULT, Separators
@@ -33,7 +34,6 @@ from localspec.structured.spec import ConstraintError, ConstraintSpec
 LIMITS = {"max_grammar_size": 500_000, "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000,
           "max_lexer_states": 20_000}
 MATCHERS_KEPT = 64  # compiled matchers kept, one per spec: a new request copies its own from one
-_STOPPING = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 if TYPE_CHECKING:
     from localspec.engine.vocab import Vocab
@@ -74,7 +74,7 @@ class Grammars:
             if not error:  # the first mask: a lexer that cannot finish it fails here, not in a shared pass
                 matcher.compute_bitmask()
                 error = matcher.get_error() if matcher.is_error() else ""
-        except _STOPPING:
+        except STOPPING:
             raise
         except BaseException as e:  # llguidance's Rust panics are pyo3's PanicException, a BaseException
             error = f"{type(e).__name__}: {e}"
