@@ -35,13 +35,12 @@ from localspec.batch.run import make_job
 from localspec.errors import UserError
 from localspec.events import Finished, Prefill, Step
 from localspec.history import scope_of_key
-from localspec.openai_body import Body, BodyError, Kind, loads
+from localspec.openai_body import Body, Kind, loads
 from localspec.serve.metrics import LagProbe
 from localspec.serve.protocol import ApiError, parse
 from localspec.serve.responses import Answer, timings
 from localspec.serve.service import Service, Ticket
 from localspec.speculative.jobs import Failed
-from localspec.structured.spec import ConstraintError
 from localspec.structured.tools import ToolUse, may_call
 
 log = logging.getLogger("localspec.serve")
@@ -128,12 +127,8 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
     def job_of(body: Body, answer: Answer) -> Any:
         try:
             job = make_job(rt, replace(body.request, id=answer.id), 0, chat=False)
-        except BodyError as e:
-            raise ApiError(400, str(e), param=e.param) from None
-        except ConstraintError as e:
-            raise ApiError(400, str(e), param=e.param) from None
-        except UserError as e:
-            raise ApiError(400, str(e)) from None
+        except UserError as e:  # BodyError and ConstraintError name their field
+            raise ApiError(400, str(e), param=getattr(e, "param", None)) from None
         if len(job.prompt) >= rt.lanes.n_ctx:
             raise ApiError(400, f"the prompt is {len(job.prompt)} tokens but a sequence holds {rt.lanes.n_ctx} "
                                 "(the server's --ctx)", param="messages" if answer.chat else "prompt",

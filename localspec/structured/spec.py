@@ -123,13 +123,16 @@ def _from_mapping(value: Mapping[str, Any]) -> ConstraintSpec | None:
 
 
 def _compiled(spec: ConstraintSpec) -> str:
-    """The spec's grammar, compiled once: failures are kept too (naming where one fails costs a compile a node)."""
+    """The spec's grammar, compiled once: failures are kept too (naming where one fails costs a compile a node).
+    llguidance raises ValueError for what its parsers refuse (a schema nested past their depth): a ConstraintError."""
     known = _CACHE.get(spec)
     if known is None:
         try:
             known = _compile(spec)
         except ConstraintError as e:
             known = e
+        except ValueError as e:
+            known = ConstraintError(f"the {spec.describe()} cannot be used: {_one_line(str(e))}")
         _CACHE.put(spec, known)
     if isinstance(known, ConstraintError):
         raise ConstraintError(str(known), known.param)
@@ -137,15 +140,6 @@ def _compiled(spec: ConstraintSpec) -> str:
 
 
 def _compile(spec: ConstraintSpec) -> str:
-    """The spec's grammar; ConstraintError for whatever llguidance refuses, a schema nested past its parser's depth
-    included (a ValueError there)."""
-    try:
-        return _grammar_of(spec)
-    except ValueError as e:
-        raise ConstraintError(f"the {spec.describe()} cannot be used: {_one_line(str(e))}") from None
-
-
-def _grammar_of(spec: ConstraintSpec) -> str:
     from llguidance import LLMatcher
     from llguidance.gbnf_to_lark import gbnf_to_lark
 
