@@ -67,7 +67,7 @@ class Constraint:
         self.seconds = 0.0  # host time spent in the grammar this generation
         self.dead_end = False  # no token was allowed: the grammar cannot go on
         # the position from which the answer is shut as fast as the grammar lets it (None: never), and the tokens
-        # that shut it, in the order they are preferred (Grammars.closers)
+        # that may shut it: quotes, braces, brackets and commas (grammars._tokenizer)
         self.close_at: int | None = None
         self._closers = closers if closers is not None else np.zeros(0, dtype=np.int64)
         self._open = _Nesting()

@@ -122,7 +122,7 @@ def _tokenizer(vocab: Vocab) -> tuple[object, frozenset[int], np.ndarray]:
     """llguidance's tokenizer over llama.cpp's vocabulary (as llguidance.llamacpp builds it, with the attribute
     call llama.cpp has not deprecated), the tokens that end a generation: every one of them ends a constrained
     answer (Gemma's <end_of_turn> as well as its EOS), and the tokens that shut JSON: those made only of quotes,
-    braces and brackets, the longest first, then a comma."""
+    braces and brackets, and the commas (Constraint._close picks among those allowed)."""
     import ctypes
 
     from llguidance import LLTokenizer
@@ -146,8 +146,8 @@ def _tokenizer(vocab: Vocab) -> tuple[object, frozenset[int], np.ndarray]:
             eog.append(token)
     tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
     ends = eog or [vocab.eos]
-    closing = sorted((t for t, p in enumerate(tokens) if p and not p.strip(b'"}]')), key=lambda t: -len(tokens[t]))
-    closers = np.array([*closing, *(t for t, p in enumerate(tokens) if p in (b",", b", "))], dtype=np.int64)
+    closers = np.array([t for t, p in enumerate(tokens) if (p and not p.strip(b'"}]')) or p in (b",", b", ")],
+                       dtype=np.int64)
     return LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=handle, tokenize_fptr=tokenize, eos_token=ends,
                                      slices=None), frozenset(ends), closers
 
