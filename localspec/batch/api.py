@@ -84,7 +84,9 @@ def generate_many(
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
     if profile is not None and not isinstance(profile, str):
         raise UserError(f"profile must be a string (or None), got {profile!r}")
-    fills = _profile(profile, model)
+    from localspec.models.registry import profile_options
+
+    fills = profile_options(profile, model)
     model, draft, k = (fills["model"] if model is None else model, fills["draft"] if draft is None else draft,
                        fills["k"] if k is None else k)
     drafter = drafter if drafter is not None else fills["drafter"] or "auto"
@@ -136,18 +138,6 @@ def generate(prompt: str | Request | Mapping[str, Any], **options: Any) -> Resul
     """One prompt through the same path (``generate_many``'s options). A prompt that cannot be read raises
     ``localspec.errors.UserError``; one that cannot run (too long) gives a Result with ``error`` set."""
     return next(iter(generate_many([as_request(prompt, 0)], **options)))
-
-
-def _profile(profile: str | None, model: str | None) -> dict[str, Any]:
-    """What ``profile`` fills in (or models.toml's ``default`` profile, where neither it nor a model is given), as
-    ``--profile`` does; every value None without one."""
-    from localspec.models.registry import default_profile, profile_options
-
-    if profile is None and model is None:
-        profile = default_profile()
-    if profile is None:
-        return dict.fromkeys(("model", "drafter", "draft", "k", "exit_layer", "rpc"))
-    return profile_options(profile)
 
 
 def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request:

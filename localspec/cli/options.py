@@ -143,17 +143,12 @@ def build_options(**given: Any) -> Settings:
     if unknown:
         raise TypeError(f"build_options: no option named {', '.join(sorted(unknown))}")
     values = DEFAULTS | given
-    profile = values["profile"]
-    if profile is None and values["model"] is None:  # models.toml's `default` may name a profile: all of it applies
-        from localspec.models.registry import default_profile
+    from localspec.models.registry import profile_options
 
-        profile = default_profile()
-    if profile is not None:
-        from localspec.models.registry import profile_options
-
-        for name, value in profile_options(profile).items():
-            if values[name] is None:
-                values[name] = value
+    # a profile (or models.toml's `default` naming one) fills what the user left out
+    for name, value in profile_options(values["profile"], values["model"]).items():
+        if values[name] is None:
+            values[name] = value
     if values["drafter"] is None:
         values["drafter"] = "auto"
     fields: dict[str, dict[str, Any]] = {part: {} for part in _PARTS}

@@ -399,9 +399,14 @@ def resolve_profile(name: str) -> Profile:
     return profile
 
 
-def profile_options(name: str) -> dict[str, Any]:
+def profile_options(name: str | None, model: str | None = None) -> dict[str, Any]:
     """What a profile sets where the caller leaves it out, by option name (``--profile`` and ``profile=`` alike):
-    the model, drafter, draft model, k, exit layer and RPC servers ("HOST:PORT,..."; None where it has none)."""
+    the model, drafter, draft model, k, exit layer and RPC servers ("HOST:PORT,..."; None where it has none).
+    Without a profile or a model, models.toml's ``default`` profile, if it names one; else every value None."""
+    if name is None and model is None:
+        name = default_profile()
+    if name is None:
+        return dict.fromkeys(("model", "drafter", "draft", "k", "exit_layer", "rpc"))
     p = resolve_profile(name)
     return {"model": p.target, "drafter": p.drafter, "draft": p.draft, "k": p.k, "exit_layer": p.exit_layer,
             "rpc": ",".join(p.rpc) or None}
