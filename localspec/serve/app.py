@@ -188,7 +188,7 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                 pieces.append(event.tail)
                 text = "".join(pieces)
                 calls = await read_calls(text, tools)
-                return answer.whole(text, ticket.reason(event), event.stats, reused, ticket.drafters, calls)
+                return answer.whole(text, event.reason, event.stats, reused, ticket.drafters, calls)
             elif isinstance(event, Failed):
                 return failure(event)
 
@@ -212,7 +212,7 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             elif isinstance(event, Finished):
                 text += event.tail
                 calls = await read_calls(text, tools)
-                reason = ticket.reason(event)
+                reason = event.reason
                 if calls is not None and calls.calls:
                     yield answer.calls_chunk(calls)
                     reason = "tool_calls"

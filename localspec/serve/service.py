@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from localspec.errors import STOPPING
 from localspec.events import Event, Finished, Prefill, Step
@@ -47,9 +47,6 @@ class Ticket:
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
-    def reason(self, event: Finished) -> str:
-        """Its finish reason: one stopped by its deadline was cut short, as by a token limit."""
-        return "length" if event.reason == "interrupted" and self.expired() else event.reason
 
     def deliver(self, event: Event | Failed) -> None:
         try:
@@ -202,8 +199,10 @@ class Service:
         elif isinstance(event, Prefill):
             metrics.prefill(event.prompt_tokens, event.prompt_tokens - event.new_tokens)
         elif isinstance(event, Finished | Failed):
+            if isinstance(event, Finished) and event.reason == "interrupted" and ticket.expired():
+                event = replace(event, reason="length")  # stopped by its deadline: cut short, as by a token limit
             self.queue.running.discard(ticket)
-            metrics.end(ticket.reason(event) if isinstance(event, Finished) else "error")
+            metrics.end(event.reason if isinstance(event, Finished) else "error")
         ticket.deliver(event)
         if isinstance(event, Finished):
             self._save_if_due()
