@@ -23,32 +23,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from localspec.structured.schema_defaults import map_subschemas
+
 INTEGER_BOUND = 9_999_999_999_999_998
 FRACTION_STEP = 1e-10
 
-# keys whose value is a schema, a list of schemas, or a mapping of names to schemas
-_ONE = ("items", "additionalItems", "additionalProperties", "contains", "unevaluatedItems", "unevaluatedProperties",
-        "then", "else")
-_LIST = ("anyOf", "oneOf", "allOf", "prefixItems")
-_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# sub-schemas left as they are: a bound under not or if changes what they select; a property name is a string
+_UNBOUNDED = ("not", "if", "propertyNames")
 
 
 def bounded(schema: Any) -> Any:
     """``schema`` with every number leaf bounded as above (a new object; ``schema`` is not changed)."""
     if not isinstance(schema, Mapping):
         return schema
-    out = dict(schema)
-    for key in _ONE:
-        if key in out:
-            out[key] = bounded(out[key])
-    for key in _LIST:
-        if isinstance(out.get(key), list):
-            out[key] = [bounded(s) for s in out[key]]
-    for key in _MAP:
-        if isinstance(out.get(key), Mapping):
-            out[key] = {name: bounded(s) for name, s in out[key].items()}
-    if isinstance(out.get("items"), list):  # draft 4's tuple form
-        out["items"] = [bounded(s) for s in out["items"]]
+    out = map_subschemas(schema, lambda sub, key: bounded(sub), skip=_UNBOUNDED)
     types = out.get("type")
     types = set(types) if isinstance(types, list) else {types}
     if types & {"number", "integer"}:
