@@ -203,3 +203,17 @@ def test_a_batch_with_bad_lines_writes_their_errors_and_every_good_line_as_witho
     assert "unknown special token" in mixed["b-token"]["error"]
     for line in good:
         assert mixed[line["id"]]["text"] == results["good"][line["id"]]["text"], line["id"]
+
+
+def test_a_request_past_the_servers_deadline_ends_as_length(model_path: Path) -> None:
+    # 2,000 tokens take seconds on any machine this runs on; the deadline is half a second
+    server_gen = start("--parallel", "1", "--ctx", "4096", "--drafter", "none", "--request-timeout", "0.5")
+    server = next(server_gen)
+    try:
+        r = server.client().chat.completions.create(
+            model="default", messages=_message("Continue the list: 1, 2, 3, 4, 5,"), max_tokens=2000, temperature=0)
+        assert r.choices[0].finish_reason == "length" and 0 < r.usage.completion_tokens < 2000, r
+        status, _, body = server.http("GET", "/health")
+        assert status == 200 and json.loads(body)["busy"] == 0
+    finally:
+        server_gen.close()
