@@ -124,14 +124,15 @@ def _from_mapping(value: Mapping[str, Any]) -> ConstraintSpec | None:
 
 def _compiled(spec: ConstraintSpec) -> str:
     """The spec's grammar, compiled once: failures are kept too (naming where one fails costs a compile a node).
-    llguidance raises ValueError for what its parsers refuse (a schema nested past their depth): a ConstraintError."""
+    llguidance raises ValueError for what its parsers refuse (a schema nested past their depth), and the schema's
+    rewrites (schema_defaults, numbers) recurse once a level: either is a ConstraintError."""
     known = _CACHE.get(spec)
     if known is None:
         try:
             known = _compile(spec)
         except ConstraintError as e:
             known = e
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             known = ConstraintError(f"the {spec.describe()} cannot be used: {_one_line(str(e))}")
         _CACHE.put(spec, known)
     if isinstance(known, ConstraintError):
