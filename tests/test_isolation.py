@@ -192,7 +192,9 @@ def test_a_batch_with_bad_lines_writes_their_errors_and_every_good_line_as_witho
     for name, lines in [("good", good), ("mixed", [good[0], bad[0], good[1], bad[1], bad[2], good[2]])]:
         src, out = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.out.jsonl"
         src.write_text("".join(json.dumps(line) + "\n" for line in lines))
-        r = localspec(["batch", str(src), "-o", str(out), "--parallel", "2", "--ctx", "512", "--drafter", "ngram"],
+        # no drafter: a drafter's lengths are priced on live pass timings, so under load its passes (and llama.cpp's
+        # numerics with them) differ between two runs; target-only passes depend on the texts alone
+        r = localspec(["batch", str(src), "-o", str(out), "--parallel", "2", "--ctx", "512", "--drafter", "none"],
                       timeout=300)
         assert r.code in (0, 1), r.stderr
         assert "Traceback" not in r.stderr, r.stderr
