@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import os
 import signal
@@ -159,6 +160,10 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, limits: Limi
         _say(notice)
     if rt.grammars is not None:  # structured output's tokenizer now, not in the first such client's time
         worker.call(rt.grammars.prepare)
+    # what is loaded now (the vocabulary's pieces, the tokenizer, the caches) lives as long as the server: out of the
+    # collector's reach, a full collection no longer walks it, which held the GIL, and so the event loop, ~50-120 ms
+    gc.collect()
+    gc.freeze()
     service = Service(rt, worker)
     names = tuple(dict.fromkeys(n for n in (rt.model_name, profile, "default") if n))
     application = create_app(service, limits, names)
