@@ -51,15 +51,16 @@ class Result:
     stderr: str
 
 
-def localspec(args: Sequence[str], *, input: str | None = None, timeout: float = 120) -> Result:
-    """Run the real `localspec` command in a subprocess, as a user would."""
+def localspec(args: Sequence[str], *, input: str | None = None, timeout: float = 120,
+              env: dict[str, str] | None = None) -> Result:
+    """Run the real `localspec` command in a subprocess, as a user would (``env``: variables set for it)."""
     proc = subprocess.run(
         [sys.executable, "-m", "localspec", *args],
         input=input,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        env={**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})},
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 

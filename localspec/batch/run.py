@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+from localspec import faults
 from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.errors import UserError
@@ -111,4 +112,6 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     if request.drafter is not None or request.k is not None:
         speculation = replace(settings.speculation, **{name: value for name in ("drafter", "k")
                                                        if (value := getattr(request, name)) is not None})
+    if faults.ARMED:  # tests only
+        faults.mark(tokens, request.prompt or "".join(m.content or "" for m in request.messages or ()))
     return Job(tokens, generation, sampling, key=_Pending(index, request), speculation=speculation, matcher=matcher)

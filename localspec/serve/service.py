@@ -123,6 +123,7 @@ class Service:
         self.queue = JobQueue()
         self.passes = PassStats()
         self.dead: str | None = None  # why the worker's loop ended while the server was up (/health says it)
+        self._logged: Failed | None = None  # the last failure logged
 
     def start(self) -> None:
         self.worker.submit(self._serve)
@@ -161,8 +162,8 @@ class Service:
             except STOPPING:
                 raise
             except BaseException as e:
-                # a failure of the pass every running request shared (a request's own steps fail it alone, in the
-                # scheduler): each of them gets that error, and the server goes on
+                # the scheduler's own failure, outside any request's steps and the shared pass (those it ends
+                # itself, and goes on): each running request gets that error, and the server starts a new one
                 failed = Failed.of(e, shared=True)
                 log.error("%s", failed.message)
                 log.debug("the shared pass failed", exc_info=True)
@@ -203,6 +204,10 @@ class Service:
                 event = replace(event, reason="length")  # stopped by its deadline: cut short, as by a token limit
             self.queue.running.discard(ticket)
             metrics.end(event.reason if isinstance(event, Finished) else "error")
+            # the server's own failures, one line each (a shared pass's one Failed reaches all its requests)
+            if isinstance(event, Failed) and event.status >= 500 and event is not self._logged:
+                self._logged = event
+                log.error("%s", event.message)
         ticket.deliver(event)
         if isinstance(event, Finished):
             self._save_if_due()

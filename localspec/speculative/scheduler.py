@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from localspec import faults
 from localspec.drafters.base import Draft
 from localspec.errors import STOPPING
 from localspec.events import Event, Prefill, Stats
@@ -288,7 +289,15 @@ class Scheduler:
         if not parts:
             return
         started = self.clock()
-        outputs = self.lanes.decode(parts)
+        try:
+            if faults.ARMED:  # tests only
+                faults.before_pass(f.job.prompt for f in [*planned, *(f for f, _ in prefilling)])
+            outputs = self.lanes.decode(parts)
+        except STOPPING:
+            raise
+        except BaseException as e:
+            self._failed_pass(live, e)
+            return
         self.stats.passes += 1
         self.stats.rows += rows_before
         settled = []
@@ -316,6 +325,19 @@ class Scheduler:
         for f, chunk in prefilling:
             self.stats.prefill_tokens += len(chunk)
             yield from self._prefilled(f)
+
+    def _failed_pass(self, live: list[_Flight], e: BaseException) -> None:
+        """The pass every running sequence shared failed: each of them ends with that error (its own steps' failures
+        end it alone, ``_guard``), and no lane's cache is trusted after it, idle ones' included. The scheduler goes
+        on with the jobs still to come."""
+        failed = Failed.of(e, shared=True)
+        for f in live:
+            if f.error is None:
+                f.error = failed
+        for lane in range(len(self.lanes)):
+            self.lanes[lane].truncate(0)
+            if self.drafts is not None:
+                self.drafts.lanes[lane].truncate(0)
 
     def _drafted(self, wanted: list[tuple[_Flight, DraftWanted]], planned: list[_Flight]) -> int:
         """The draft phase: every model draft of the pass at once, then those sequences' plans with their drafts.
