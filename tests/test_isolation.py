@@ -219,3 +219,60 @@ def test_a_request_past_the_servers_deadline_ends_as_length(model_path: Path) ->
         assert status == 200 and json.loads(body)["busy"] == 0
     finally:
         server_gen.close()
+
+
+# -- a pass that fails (a fault injected into a real pass: localspec/faults.py) --
+
+FAULT = "FAULT-7f3a"
+
+
+def test_a_failed_pass_ends_the_requests_in_it_and_the_server_goes_on(model_path: Path) -> None:
+    server_gen = start("--parallel", "2", "--ctx", "1024", "--drafter", "ngram", env={"LOCALSPEC_FAULT": FAULT})
+    server = next(server_gen)
+    try:
+        alone_text = _long(server, False, threading.Event())
+        got: list[tuple[int, dict]] = []
+        runner = threading.Thread(target=lambda: got.append(_answer(server, LONG)))
+        runner.start()
+        while _busy(server) == 0:  # the long one is running before the faulty one joins its passes
+            time.sleep(0.01)
+        status, body = _answer(server, {"messages": _message(f"Say {FAULT}."), "max_tokens": 8})
+        runner.join(300)
+        assert status == 500 and "the shared pass failed: InjectedFault" in body["error"]["message"], body
+        # the pass they shared failed: the long one ends with that error too, whole, not a generic one
+        assert got and got[0][0] == 500 and "the shared pass failed" in got[0][1]["error"]["message"], got
+        # and the server goes on: its lanes empty, the same request gets the same text again
+        status, _, health = server.http("GET", "/health")
+        assert status == 200 and json.loads(health) == {**json.loads(health), "status": "ok", "busy": 0}
+        assert _long(server, False, threading.Event()) == alone_text
+        log = "".join(server.log)
+        assert "Traceback" not in log and log.count("the shared pass failed") == 1, log[-2000:]
+    finally:
+        server_gen.close()
+
+
+def _answer(server: Server, body: dict) -> tuple[int, dict]:
+    status, _, raw = server.http("POST", "/v1/chat/completions", body)
+    return status, json.loads(raw)
+
+
+def test_a_batch_whose_pass_fails_writes_errors_for_its_lines_in_it_and_a_resume_runs_them(tmp_path: Path) -> None:
+    lines = [{"id": f"g{i}", "messages": _message(text), "max_tokens": 16} for i, text in enumerate(
+        ["Name three rivers.", f"Say {FAULT}.", "Count from one to ten in words.", "Say hello in French."])]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["batch", str(src), "-o", str(out), "--parallel", "2", "--ctx", "512", "--drafter", "none"]
+    r = localspec(args, timeout=300, env={"LOCALSPEC_FAULT": FAULT})
+    assert r.code == 1 and "Traceback" not in r.stderr, r.stderr  # some lines failed; the job went on
+    first = {d["id"]: d for d in map(json.loads, out.read_text().splitlines())}
+    assert set(first) == {line["id"] for line in lines}  # every line has its record
+    failed = {i for i, d in first.items() if d.get("error")}
+    assert "g1" in failed and all("the shared pass failed" in first[i]["error"] for i in failed)
+    assert failed <= {"g0", "g1"}  # only what shared the failed pass: g0 ran beside g1; the lines after it ran
+    assert all(first[i]["text"] for i in first if i not in failed)
+    # the same command again (no fault now) runs the failed lines and keeps the rest
+    r = localspec(args, timeout=300)
+    assert r.code == 0, r.stderr
+    again = {d["id"]: d for d in map(json.loads, out.read_text().splitlines())}
+    assert set(again) == set(first) and not any(d.get("error") for d in again.values())
+    assert all(again[i] == first[i] for i in first if i not in failed)
