@@ -15,7 +15,6 @@ import pytest
 
 from localspec.batch.request import Request
 from localspec.batch.run import run_requests
-from localspec.bench.compare import NEAR_TIE_MARGIN
 from localspec.events import Step
 from localspec.passes import Part
 from localspec.runtime import BatchRuntime, Runtime
@@ -29,7 +28,7 @@ from localspec.settings import (
 )
 from localspec.speculative.jobs import Job, PassStats
 from localspec.speculative.scheduler import Scheduler
-from tests.near_ties import top2_gap
+from tests.lossless import assert_lossless, margin
 from tests.test_batch_real import PROMPTS
 
 K = 3
@@ -58,12 +57,7 @@ def single(model_path: Path) -> Iterator[Runtime]:
         yield rt
 
 
-def alone(rt: Runtime, tokens: list[int], n: int) -> list[int]:
-    return [t.id for e in rt.generator.generate(tokens, GenerationSettings(max_tokens=n)) if isinstance(e, Step)
-            for t in e.emitted]
-
-
-def test_every_lane_drafts_in_one_decode_per_depth_and_stays_its_text_alone(batch: BatchRuntime,
+def test_every_lane_drafts_in_one_decode_per_depth_and_stays_lossless(batch: BatchRuntime,
                                                                             single: Runtime) -> None:
     phase = batch.drafts
     assert phase is not None and phase.name == "early-exit"
@@ -80,13 +74,8 @@ def test_every_lane_drafts_in_one_decode_per_depth_and_stays_its_text_alone(batc
     assert stats.draft_steps > 0 and stats.draft_deepest <= K
     for request in requests:
         got = results[request.id]
-        tokens = single.prompt_tokens(request.prompt or "")
-        expected = alone(single, tokens, request.max_tokens or 0)
-        if got.tokens != expected:
-            j = next((i for i, (a, b) in enumerate(zip(got.tokens, expected, strict=False)) if a != b),
-                     min(len(got.tokens), len(expected)))
-            gap = top2_gap(single.model, tokens + expected[:j])
-            assert gap <= NEAR_TIE_MARGIN, f"request {request.id} diverged at {j}: top-2 gap {gap:.3f}"
+        assert_lossless(single.model, single.prompt_tokens(request.prompt or ""), got.tokens, margin(single.model),
+                        label=f"request {request.id}")
 
 
 def test_a_sampled_lane_emits_the_targets_distribution(batch: BatchRuntime, single: Runtime) -> None:
@@ -149,7 +138,7 @@ def test_serve_drafts_every_request_with_the_model_and_a_request_may_leave_it_ou
 
     from localspec.engine import Model
     from tests.test_serve import PROMPTS as SERVE_PROMPTS
-    from tests.test_serve import _agree, start
+    from tests.test_serve import _lossless, start
 
     serving = contextmanager(start)("--parallel", "2", "--ctx", "512", "-n", "24", "--drafter", "early-exit",
                                     "--exit-layer", str(EXIT), "--k", str(K), env={"LOCALSPEC_HISTORY": "off"})
@@ -167,4 +156,4 @@ def test_serve_drafts_every_request_with_the_model_and_a_request_may_leave_it_ou
             for prompt, drafted, alone in zip(SERVE_PROMPTS, both, plain, strict=False):
                 timings, off = drafted.model_extra["timings"], alone.model_extra["timings"]  # type: ignore[index]
                 assert timings["draft_n"] > 0 and off["draft_n"] == 0
-                assert _agree(model, prompt, drafted.choices[0].text, alone.choices[0].text)
+                _lossless(model, prompt, drafted.choices[0].text, alone.choices[0].text)

@@ -9,16 +9,14 @@ import pytest
 
 from localspec.batch.request import Request
 from localspec.batch.run import run_requests
-from localspec.bench.compare import NEAR_TIE_MARGIN
 from localspec.engine import Model
 from localspec.engine.chat import Message
 from localspec.engine.lanes import Lanes
-from localspec.events import Step
 from localspec.passes import Part
-from localspec.runtime import BatchRuntime, Runtime
+from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.jobs import Job
-from tests.near_ties import top2_gap
+from tests.lossless import assert_lossless, margin
 
 PROMPTS = [
     "Here is a list: apples, pears, plums, cherries, grapes.\nRepeat the list exactly:\n",
@@ -31,13 +29,6 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def single(model_path: Path):  # type: ignore[no-untyped-def]
-    rt = Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=1024), SpeculationSettings(drafter="none")))
-    yield rt
-    rt.close()
-
-
-@pytest.fixture(scope="module")
 def batch(model_path: Path):  # type: ignore[no-untyped-def]
     settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024), SpeculationSettings(drafter="ngram"),
                         generation=GenerationSettings(max_tokens=40))
@@ -46,12 +37,7 @@ def batch(model_path: Path):  # type: ignore[no-untyped-def]
     rt.close()
 
 
-def alone(rt: Runtime, tokens: list[int], n: int) -> list[int]:
-    return [t.id for e in rt.generator.generate(tokens, GenerationSettings(max_tokens=n)) if isinstance(e, Step)
-            for t in e.emitted]
-
-
-def test_greedy_batch_text_is_runs_up_to_near_ties(batch: BatchRuntime, single: Runtime) -> None:
+def test_greedy_batch_text_is_lossless_at_every_position(batch: BatchRuntime) -> None:
     requests = [Request(str(i), prompt=p, max_tokens=40 - 3 * i) for i, p in enumerate(PROMPTS)]  # 6 on 4 lanes
     results = {r.id: r for r in run_requests(batch, requests)}
     assert sorted(results) == [r.id for r in requests] and all(r.ok for r in results.values())
@@ -59,14 +45,9 @@ def test_greedy_batch_text_is_runs_up_to_near_ties(batch: BatchRuntime, single: 
     assert drafted > 0  # speculation ran inside the batch
     for request in requests:
         got = results[request.id]
-        tokens = single.prompt_tokens(request.prompt or "")
-        expected = alone(single, tokens, request.max_tokens or 0)
-        assert got.text == b"".join(single.model.vocab.piece(t) for t in got.tokens).decode("utf-8", "replace")
-        if got.tokens != expected:
-            j = next((i for i, (a, b) in enumerate(zip(got.tokens, expected, strict=False)) if a != b),
-                     min(len(got.tokens), len(expected)))
-            gap = top2_gap(single.model, tokens + expected[:j])
-            assert gap <= NEAR_TIE_MARGIN, f"request {request.id} diverged at {j}: top-2 gap {gap:.3f}"
+        assert got.text == b"".join(batch.model.vocab.piece(t) for t in got.tokens).decode("utf-8", "replace")
+        assert_lossless(batch.model, batch.prompt_tokens(request.prompt or ""), got.tokens, margin(batch.model),
+                        label=f"request {request.id}")
 
 
 def test_a_request_that_cannot_run_fails_alone_and_the_rest_finish(batch: BatchRuntime) -> None:
@@ -114,4 +95,7 @@ def test_the_python_api_gives_every_prompt_a_result_in_order(model_path: Path) -
     assert len(results[0].tokens) == 10 and results[0].text and results[1].ok and len(results[1].tokens) <= 5
     assert not results[2].ok and "raise --ctx" in (results[2].error or "")
     one = localspec.generate(PROMPTS[0], model=str(model_path), ctx=512, max_tokens=10)
-    assert one.text == results[0].text or one.tokens[0] == results[0].tokens[0]
+    with Model(model_path) as model:
+        prompt = model.vocab.tokenize(PROMPTS[0], add_special=True, parse_special=True)
+        for tokens in (one.tokens, results[0].tokens):
+            assert_lossless(model, prompt, tokens, margin(model))

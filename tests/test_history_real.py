@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 
 from localspec.batch.request import Request
 from localspec.batch.run import run_requests
-from localspec.bench.compare import NEAR_TIE_MARGIN
 from localspec.cli import app
 from localspec.engine.chat import Message
 from localspec.events import Finished
@@ -24,7 +23,7 @@ from localspec.settings import GenerationSettings, HistorySettings, RuntimeSetti
 from localspec.speculative.jobs import Job
 from localspec.speculative.scheduler import Scheduler
 from tests.generation import generated
-from tests.near_ties import top2_gap
+from tests.lossless import assert_lossless, margin
 
 N = 32
 PEOPLE = [("Alice Smith", "Paris", "alice@example.com"), ("Bob Jones", "Berlin", "bob@example.org"),
@@ -45,26 +44,12 @@ def plain(model_path: Path):  # type: ignore[no-untyped-def]
     rt.close()
 
 
-@pytest.fixture(scope="module")
-def expected(plain: Runtime) -> dict[int, list[int]]:
-    """Each templated request's target-only greedy tokens."""
-    return {i: _tokens(plain, plain.chat_tokens(messages(i)))[0] for i in range(len(PEOPLE))}
-
-
 def _tokens(rt: Runtime, prompt: list[int]) -> tuple[list[int], Finished]:
     return generated(rt, prompt, N)
 
 
-def assert_lossless(rt: Runtime, prompt: list[int], got: list[int], want: list[int], what: str) -> None:
-    if got == want:
-        return
-    j = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
-    gap = top2_gap(rt.model, prompt + want[:j])
-    assert gap <= NEAR_TIE_MARGIN, f"{what} diverged at {j}: top-2 gap {gap:.3f}"
-
-
 def test_one_at_a_time_later_requests_draft_from_earlier_ones_losslessly(
-    model_path: Path, plain: Runtime, expected: dict[int, list[int]]
+    model_path: Path, plain: Runtime
 ) -> None:
     settings = Settings(str(model_path), RuntimeSettings(n_ctx=512), SpeculationSettings(drafter="auto"),
                         history=HistorySettings("memory"))
@@ -74,7 +59,7 @@ def test_one_at_a_time_later_requests_draft_from_earlier_ones_losslessly(
         for i in range(len(PEOPLE)):
             prompt = rt.chat_tokens(messages(i))  # what chat and run --chat generate from
             got, finished = _tokens(rt, prompt)
-            assert_lossless(plain, prompt, got, expected[i], f"request {i}")
+            assert_lossless(plain.model, prompt, got, margin(plain.model), label=f"request {i}")
             from_cache.append(finished.stats.cache_drafted)
             assert finished.stats.cache_accepted <= finished.stats.cache_drafted <= finished.stats.drafted
         assert from_cache[0] == 0 and sum(from_cache[1:]) > 0
@@ -91,13 +76,14 @@ def batch(model_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_a_batch_learns_from_its_own_earlier_lines_losslessly(
-    batch: BatchRuntime, plain: Runtime, expected: dict[int, list[int]]
+    batch: BatchRuntime, plain: Runtime
 ) -> None:
     requests = [Request(str(i), messages=tuple(messages(i))) for i in range(len(PEOPLE))]
     results = {int(r.id): r for r in run_requests(batch, requests)}
     assert all(r.ok for r in results.values())
     for i, result in results.items():
-        assert_lossless(plain, plain.chat_tokens(messages(i)), result.tokens, expected[i], f"batch request {i}")
+        assert_lossless(plain.model, plain.chat_tokens(messages(i)), result.tokens, margin(plain.model),
+                        label=f"batch request {i}")
     assert sum(r.stats.cache_drafted for r in results.values()) > 0
     assert batch.trust.get("local")  # what the cache's drafts are worth was learned across the job
     # and only theirs: what a sequence learned of its own text's matches is its own

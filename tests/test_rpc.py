@@ -23,7 +23,7 @@ from localspec.events import Step
 from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, Settings, SpeculationSettings
 from tests.conftest import assert_one_line_error, interruptible
-from tests.near_ties import top2_gap
+from tests.lossless import assert_lossless, margin
 from tests.rpc_helpers import (
     DelayRelay,
     KillingRelay,
@@ -35,7 +35,6 @@ from tests.rpc_helpers import (
     rpc_server,
 )
 
-NEAR_TIE_MARGIN = 1.1
 runner = CliRunner()
 
 
@@ -144,7 +143,7 @@ PROMPTS = ["Here is a list: apples, pears, plums, cherries, grapes.\nRepeat the 
 
 
 @needs_rpc
-def test_greedy_text_over_two_rpc_servers_is_the_local_text_up_to_near_ties(
+def test_greedy_text_over_two_rpc_servers_is_lossless(
     servers: list[Endpoint], model_path: Path
 ) -> None:
     spec = SpeculationSettings(drafter="none", k=4)  # fixed: no calibration over the servers' random ports
@@ -156,11 +155,9 @@ def test_greedy_text_over_two_rpc_servers_is_the_local_text_up_to_near_ties(
             local.set_drafter(drafter)
             remote.set_drafter(drafter)
             for prompt in PROMPTS:
-                here, there = _greedy(local, prompt, 24), _greedy(remote, prompt, 24)
-                if here != there:
-                    j = next(i for i, (a, b) in enumerate(zip(here, there, strict=False)) if a != b)
-                    tokens = local.prompt_tokens(prompt) + here[:j]
-                    assert top2_gap(local.model, tokens) <= NEAR_TIE_MARGIN, (drafter, prompt, j)
+                for where, rt in (("here", local), ("over RPC", remote)):
+                    assert_lossless(local.model, local.prompt_tokens(prompt), _greedy(rt, prompt, 24),
+                                    margin(local.model), label=f"{drafter} {where}")
 
 
 @needs_rpc

@@ -20,12 +20,11 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from localspec.bench.compare import NEAR_TIE_MARGIN
 from localspec.cli import app
 from localspec.engine import Model
 from localspec.engine.chat import ChatTemplate, Message
 from tests.conftest import ROOT, assert_one_line_error, localspec
-from tests.near_ties import top2_gap
+from tests.lossless import assert_lossless_text, margin
 
 PROMPTS = [
     "Here is a list: apples, pears, plums, cherries, grapes.\nRepeat the list exactly:\n",
@@ -132,8 +131,8 @@ def test_greedy_text_through_the_openai_client_is_runs(server: Server, model_pat
     # " mendatangmodel" after the chat's answer)
     completion_run, chat_run = run_text(prompt), run_text(prompt, "--chat")
     with Model(model_path) as model:
-        assert _agree(model, prompt, completion.choices[0].text or "", completion_run)
-        assert _agree(model, prompt, chat.choices[0].message.content or "", chat_run, chat=True)
+        _lossless(model, prompt, completion.choices[0].text or "", completion_run)
+        _lossless(model, prompt, chat.choices[0].message.content or "", chat_run, chat=True)
 
 
 def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(
@@ -154,9 +153,8 @@ def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(
     chunks = list(client.chat.completions.create(model="default", messages=messages, max_tokens=24, stream=True,
                                                  stream_options={"include_usage": True}, extra_body=pinned))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    if text != whole.choices[0].message.content:
-        with Model(model_path) as model:
-            assert _agree(model, PROMPTS[6], text, whole.choices[0].message.content or "", chat=True), text
+    with Model(model_path) as model:
+        _lossless(model, PROMPTS[6], text, whole.choices[0].message.content or "", chat=True)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
@@ -184,7 +182,8 @@ def test_eight_streaming_clients_at_once_all_finish_with_their_own_text(server: 
         for prompt, text in zip(PROMPTS, together, strict=True):
             # the same greedy request alone and beside seven others: a near-tie may go the other way, a mixed-up
             # stream may not (every prompt asks for something different)
-            assert text and _agree(model, prompt, text, alone[prompt]), (prompt, text, alone[prompt])
+            assert text
+            _lossless(model, prompt, text, alone[prompt])
     served = after['localspec_requests_total{endpoint="completions",status="200"}'] - \
         before['localspec_requests_total{endpoint="completions",status="200"}']
     assert served == 8
@@ -192,24 +191,14 @@ def test_eight_streaming_clients_at_once_all_finish_with_their_own_text(server: 
     assert after["localspec_busy_sequences"] == 0 and after["localspec_queue_length"] == 0
 
 
-def _agree(model: Model, prompt: str, a: str, b: str, *, chat: bool = False) -> bool:
-    """Equal, or apart only from a near-tie on: where they part, the prediction's top two are within the margin. A
-    stream holding another request's text parts from its own at once, on a clear prediction. ``chat``: ``prompt``
-    was the one user message of a chat, answered in the model's chat template."""
-    if a == b:
-        return True
+def _lossless(model: Model, prompt: str, *texts: str, chat: bool = False) -> None:
+    """Each text, as the server answered ``prompt``, is the target's greedy text at every position (within this
+    device's margin): a near-tie may go either way, a stream holding another request's text may not. ``chat``:
+    ``prompt`` was the one user message of a chat, answered in the model's chat template."""
     if chat:
         prompt = ChatTemplate.for_model(model).apply([Message("user", prompt)])
-
-    def tokens(text: str) -> list[int]:
-        return model.vocab.tokenize(text, add_special=True, parse_special=chat)
-
-    # where the two part as tokens, prompt included (an answer's first token may merge with the prompt's last):
-    # cut at the first differing character instead, and a text ending in a space would be measured after a lone
-    # " " token, whose next token is always uncertain
-    ta, tb = tokens(prompt + a), tokens(prompt + b)
-    k = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
-    return top2_gap(model, ta[:k]) <= NEAR_TIE_MARGIN
+    for text in dict.fromkeys(texts):
+        assert_lossless_text(model, prompt, text, margin(model), chat=chat, label=prompt[-40:])
 
 
 def test_a_conversation_that_comes_back_reuses_its_cached_turns(server: Server) -> None:
@@ -238,9 +227,8 @@ def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Serv
                                      extra_body={"speculation": {"drafter": "none"}})
     assert none.model_extra["timings"]["draft_n"] == 0  # type: ignore[index]
     drafted = client.completions.create(model="default", prompt=PROMPTS[2], max_tokens=24).choices[0].text
-    if none.choices[0].text != drafted:  # other pass shapes: a near-tie may go either way, nothing else may
-        with Model(model_path) as model:
-            assert _agree(model, PROMPTS[2], none.choices[0].text, drafted), (none.choices[0].text, drafted)
+    with Model(model_path) as model:  # other pass shapes: a near-tie may go either way, nothing else may
+        _lossless(model, PROMPTS[2], none.choices[0].text, drafted)
 
 
 @pytest.mark.parametrize(("body", "param"), [

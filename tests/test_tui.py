@@ -18,7 +18,6 @@ pytest.importorskip("textual")
 from textual.pilot import Pilot  # noqa: E402
 from textual.widgets import Sparkline, Static  # noqa: E402
 
-from localspec.bench.compare import NEAR_TIE_MARGIN, first_divergence  # noqa: E402
 from localspec.cli.options import build_options
 from localspec.events import Finished, Step  # noqa: E402
 from localspec.settings import Settings  # noqa: E402
@@ -26,7 +25,7 @@ from localspec.tui.app import ChatApp  # noqa: E402
 from localspec.tui.conversation import Conversation  # noqa: E402
 from localspec.tui.screens import ConfirmScreen, ContextFullScreen, HelpScreen  # noqa: E402
 from localspec.tui.widgets import ACCEPTED_STYLE, GHOST_STYLE, AnswerView, StatsPanel  # noqa: E402
-from tests.near_ties import top2_gap  # noqa: E402
+from tests.lossless import assert_lossless, margin  # noqa: E402
 
 # Repetition the n-gram drafter can draft from: its drafts get accepted, so accepted-draft styling shows up.
 REPEAT_PROMPT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
@@ -105,31 +104,20 @@ def test_answer_streams_with_accepted_drafts_styled(model_path: Path) -> None:
         assert list(panel.query_one("#spark", Sparkline).data or []) == [len(s.emitted) for s in steps]
         assert app.last_speedup is not None and app.last_speedup > 0
 
-        # lossless: the same conversation decoded by the target alone gives the same text
+        # lossless: every position of the answer is the target's greedy choice, within this device's margin
         rt = app.rt
         assert rt is not None
         tokens = app._tokens(app.conversation.messages()[:-1])
-
         drafted = [t.id for s in steps for t in s.emitted]
-
-        def plain_ids_and_margin() -> tuple[list[int], float]:
-            rt.set_drafter("none")
-            plain = [t.id for e in rt.generator.generate(tokens, app.options.generation) if isinstance(e, Step)
-                     for t in e.emitted]
-            parted = first_divergence(plain, drafted)  # a list that ends early parts where it ends
-            # where they part, the prediction's top two must be a near-tie (batch shapes move logits a little)
-            return plain, (top2_gap(rt.model, tokens + plain[:parted.position]) if parted is not None else 0.0)
-
         # on the app's engine thread, like all llama.cpp work (the context warns otherwise)
-        plain, margin = app.engine.call(plain_ids_and_margin)
-        assert plain == drafted or margin <= NEAR_TIE_MARGIN, (plain, drafted, margin)
+        app.engine.call(lambda: assert_lossless(rt.model, tokens, drafted, margin(rt.model)))
 
     drive(app, body)
 
 
 def test_ghosts_appear_while_streaming_and_can_be_hidden(model_path: Path) -> None:
     """Rejected drafts are shown (briefly) where they were rejected; Ctrl+G hides them."""
-    from localspec.events import Step, Token
+    from localspec.events import Token
 
     app = ChatApp(options(model_path))
 
@@ -158,7 +146,7 @@ def test_ghosts_appear_while_streaming_and_can_be_hidden(model_path: Path) -> No
 def test_a_token_tree_shows_its_losing_branches_as_rejected_alternatives(model_path: Path) -> None:
     """A pass that verified a token tree: the winning branch's accepted tokens are green, its rejected rest a ghost,
     each losing branch a ghost of its own in brackets; the stats panel counts branches per tree pass."""
-    from localspec.events import Step, Token
+    from localspec.events import Token
     from localspec.tui.live import LiveAnswer
     from localspec.tui.widgets import BRANCH_MARK_STYLE
 
@@ -397,7 +385,7 @@ def test_snapshot_after_a_greedy_answer(model_path: Path, snap_compare: Any) -> 
 
 def test_a_long_answer_keeps_only_its_tail_live(model_path: Path) -> None:
     """Finished lines of a long answer move into parts rendered once; text, styles and order are unchanged."""
-    from localspec.events import Step, Token
+    from localspec.events import Token
 
     app = ChatApp(options(model_path))
 

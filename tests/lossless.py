@@ -1,0 +1,101 @@
+"""The lossless check for greedy texts, one for every test that compares them.
+
+A greedy run emits, at each position, the argmax of the logits its own verifying pass computed. Passes of other sizes
+run other kernels, so a re-score may rank two close candidates otherwise (NOTES.md, "Numerics"). The check therefore
+re-scores the prompt and the whole text in one prefill, all logits kept, and asserts at every position that the
+emitted token's logit is within the device's measured margin of the best one (the best the grammar allows, under a
+constraint). Garbage at a low-confidence position, or a rollback bug that shows only after a first near-tie, fails
+it; two texts that part at a near-tie both pass, each on its own.
+
+The margin is the product's own (``Runtime.noise``, speculative/noise.py): how far this device's logits move
+between the check's prefill and passes of 1, 4, 8 and 16 rows, measured once per model and device and cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from localspec.engine import Context, Device, Model
+from localspec.models.files import known_sha256
+from localspec.settings import usable_cores
+from localspec.speculative.noise import PROMPTS, load_or_measure_noise
+
+if TYPE_CHECKING:
+    from localspec.structured.constraint import Constraint
+
+CHUNK = 128  # rows scored a pass: 128 × a 262k vocabulary is 128 MiB of logits, read in place
+_margins: dict[str, float] = {}
+
+
+def margin(model: Model) -> float:
+    """This device's near-tie margin on the check's prefill, as ``Runtime.noise`` has it: measured once per model
+    and device (seconds), then cached in localspec's home."""
+    key = str(model.path)
+    if key not in _margins:
+        threads = usable_cores()
+        with Context(model, n_ctx=1024, n_threads=threads) as ctx:
+            prompts = [model.vocab.tokenize(p, add_special=True, parse_special=True) for p in PROMPTS]
+            noise = load_or_measure_noise(ctx, known_sha256(model.path), Device.of(model, threads), prompts,
+                                          say=lambda _: None)
+        _margins[key] = noise.margin
+    return _margins[key]
+
+
+def assert_lossless(model: Model, prompt: Sequence[int], emitted: Sequence[int], margin: float, *,
+                    constraint: Constraint | None = None, ended: bool = False, label: str = "") -> None:
+    """Every token of ``emitted`` (the run's text after ``prompt``) is within ``margin`` of the best logit at its
+    position; ``constraint``: of the best the grammar allows (a fresh one, fed the text as it goes); ``ended``: the run
+    stopped on an end-of-generation token after ``emitted``, which is checked too. Fails at the first position that
+    is not, naming both tokens and their logits."""
+    prompt, emitted = list(prompt), list(emitted)
+    assert prompt, "the check needs the prompt the text followed"
+    vocab = model.vocab
+    total = len(prompt) + len(emitted) + 1
+    with Context(model, n_ctx=max(512, -(-total // 256) * 256), n_batch=CHUNK) as ctx:
+        for start in range(0, len(prompt) - 1, CHUNK):
+            ctx.decode(prompt[start:min(start + CHUNK, len(prompt) - 1)])
+        # row i predicts position i: it is scored after the prompt's last token and the text's first i tokens
+        feed = [prompt[-1], *emitted]
+        for start in range(0, len(emitted) + (1 if ended else 0), CHUNK):
+            chunk = feed[start:start + CHUNK]
+            rows = ctx.decode(chunk, all_logits=True)
+            for r, row in enumerate(rows):
+                i = start + r
+                if i > len(emitted) or (i == len(emitted) and not ended):
+                    break
+                allowed = None if constraint is None else constraint._allowed_ids()
+                if i == len(emitted):  # the end: its best end-of-generation token against the best of all
+                    ends = [t for t in (allowed if allowed is not None else range(len(row))) if vocab.is_eog(int(t))]
+                    token = max(ends, key=lambda t: row[t]) if ends else -1
+                else:
+                    token = emitted[i]
+                best = int(row.argmax()) if allowed is None else int(allowed[np.argmax(row[allowed])])
+                gap = float(row[best] - row[token]) if token >= 0 else float("inf")
+                if gap > margin:
+                    said = vocab.token_text(token) if token >= 0 else "(not allowed)"
+                    raise AssertionError(
+                        f"{label + ': ' if label else ''}not lossless at position {i} of {len(emitted)}: emitted "
+                        f"{token} {said!r} (logit {row[token] if token >= 0 else float('nan'):.3f}), the best "
+                        f"{best} {vocab.token_text(best)!r} ({row[best]:.3f}): a gap of {gap:.3f} > the margin "
+                        f"{margin:.3f}; the text to there: {_text(vocab, emitted[:i])!r}")
+                if constraint is not None and i < len(emitted):
+                    constraint.matcher.consume_tokens([token])
+
+
+def assert_lossless_text(model: Model, prompt: str, text: str, margin: float, *, chat: bool = False,
+                         label: str = "") -> None:
+    """``text`` as a server answered ``prompt`` (``chat``: a chat template's whole rendered prompt, special tokens
+    parsed), checked as its tokens: the text tokenized after the prompt, from where the two tokenize alike."""
+    vocab = model.vocab
+    head = vocab.tokenize(prompt, add_special=True, parse_special=chat)
+    whole = vocab.tokenize(prompt + text, add_special=True, parse_special=chat)
+    common = next((i for i, (a, b) in enumerate(zip(head, whole)) if a != b), min(len(head), len(whole)))
+    assert_lossless(model, whole[:common], whole[common:], margin, label=label)
+
+
+def _text(vocab: object, tokens: Sequence[int]) -> str:
+    text = b"".join(vocab.piece(t) for t in tokens).decode(errors="replace")  # type: ignore[attr-defined]
+    return text if len(text) <= 160 else "…" + text[-160:]
