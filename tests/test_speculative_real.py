@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,10 @@ from localspec.engine.rewrite import copy_model
 from localspec.errors import UserError
 from localspec.events import Step
 from localspec.runtime import Runtime
+from localspec.sampling import Distribution, shape, shape_candidates
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from tests.near_ties import batch_noise, top2_gap
+from tests.lossless import assert_lossless, margin
+from tests.stats_helpers import chi_square, chi_square_critical
 
 GREEDY = SamplingSettings()
 GROUNDED = [
@@ -56,26 +59,14 @@ def generate(rt: Runtime, prompt: str, drafter: str, k: int | None, n: int = 48)
     return [t.id for s in steps for t in s.emitted], steps
 
 
-@pytest.fixture(scope="module")
-def baselines(runtime: Runtime) -> tuple[float, dict[str, list[int]]]:
-    """The kernels' batch/single noise and each GROUNDED prompt's target-only tokens: the same for every drafter."""
-    noise = batch_noise(runtime.model, runtime.prompt_tokens(GROUNDED[0]))
-    assert 0.0 < noise < 3.0  # the kernels' batch/single difference, measured (NOTES: ~0.15 median, ≤ ~1.1)
-    return noise, {prompt: generate(runtime, prompt, "none", None)[0] for prompt in GROUNDED}
-
-
 @pytest.mark.parametrize("drafter,k", [("ngram", 4), ("ngram", None), ("auto", None), ("early-exit", 3)])
-def test_greedy_output_matches_target_only_up_to_near_ties(
-    runtime: Runtime, baselines: tuple[float, dict[str, list[int]]], drafter: str, k: int | None,
-) -> None:
-    rt, (noise, bases) = runtime, baselines
+def test_greedy_output_is_lossless_at_every_position(runtime: Runtime, drafter: str, k: int | None) -> None:
+    rt, drafted = runtime, 0
     for prompt in GROUNDED:
-        base = bases[prompt]
-        spec, steps = generate(rt, prompt, drafter, k)
-        if spec != base:
-            j = next(i for i, (a, b) in enumerate(zip(spec, base)) if a != b)
-            gap = top2_gap(rt.model, rt.prompt_tokens(prompt) + base[:j])
-            assert gap <= noise, f"{drafter}: diverged at {j} with top-2 gap {gap:.3f} > noise {noise:.3f}"
+        tokens, steps = generate(rt, prompt, drafter, k)
+        assert_lossless(rt.model, rt.prompt_tokens(prompt), tokens, margin(rt.model), label=drafter)
+        drafted += sum(len(s.accepted) + len(s.rejected) for s in steps)
+    assert drafted > 0, f"{drafter} proposed nothing: the check saw only target-only decoding"
 
 
 def test_every_emitted_token_is_the_argmax_of_its_own_verifying_pass(model_path: Path) -> None:
@@ -98,22 +89,20 @@ def test_every_emitted_token_is_the_argmax_of_its_own_verifying_pass(model_path:
             assert drafted > 0
 
 
-def test_draft_model_equal_to_target_is_rejected_only_at_near_ties(model_path: Path) -> None:
+def test_draft_model_equal_to_target_is_nearly_always_accepted_and_lossless(model_path: Path) -> None:
     spec = SpeculationSettings(drafter="draft", draft_model=str(model_path), k=4)
     with Runtime.open(Settings(str(model_path), RuntimeSettings(n_ctx=1024), spec, GREEDY)) as rt:
-        noise = batch_noise(rt.model, rt.prompt_tokens(GROUNDED[0]))
         drafted = accepted = 0
         for prompt in ["Once upon a time", GROUNDED[1]]:
             history = rt.prompt_tokens(prompt)
+            start = len(history)
             for e in rt.generator.generate(list(history), GenerationSettings(max_tokens=40)):
                 if not isinstance(e, Step):
                     continue
                 drafted += len(e.accepted) + len(e.rejected)
                 accepted += len(e.accepted)
-                if e.rejected:  # the same weights disagreed: only batch-vs-single noise at a near-tie may do that
-                    gap = top2_gap(rt.model, history + [t.id for t in e.accepted])
-                    assert gap <= noise, f"rejected with a top-2 gap of {gap:.3f} > noise {noise:.3f}"
                 history += [t.id for t in e.emitted]
+            assert_lossless(rt.model, history[:start], history[start:], margin(rt.model), label="draft = target")
     assert drafted > 30
     assert accepted / drafted >= 0.85
 
@@ -146,32 +135,65 @@ def test_a_draft_with_another_tokenizer_is_refused(tmp_path: Path, model_path: P
         check_compatible(target, draft)
 
 
-def test_sampled_first_token_distribution_is_the_targets(runtime: Runtime) -> None:
-    """With temperature > 0, the first emitted token is distributed as without speculation (chi-square)."""
-    from tests.stats_helpers import chi_square, chi_square_critical
+# "B:" was followed by " yes" last: n-gram drafts propose " yes", which the target gives 0.57 (and " no" 0.37)
+VOTES = "A: yes\nB: no\nA: yes\nB: yes\nA: no\nB:"
+# no truncation: batching noise must not move a token in or out of the support
+UNSHAPED = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+DRAWS = 300
 
-    rt = runtime
-    prompt = rt.prompt_tokens("The colours of the rainbow: red, orange, yellow, green, blue, and then the colours"
-                              " of the rainbow: red,")
-    # no truncation: batching noise must not move a token in or out of the support
-    settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-    from localspec.sampling import shape
 
-    with Context(rt.model, n_ctx=512) as ctx:
+@pytest.fixture(scope="module")
+def votes(runtime: Runtime) -> Distribution:
+    """The target's own distribution of the next token after VOTES, from one pass."""
+    prompt = runtime.prompt_tokens(VOTES)
+    with Context(runtime.model, n_ctx=512) as ctx:
         ctx.decode(prompt[:-1])
-        p = shape(ctx.decode(prompt[-1:], all_logits=True)[0], settings)
+        return shape(ctx.decode(prompt[-1:], all_logits=True)[0], UNSHAPED)
+
+
+def test_sampled_speculation_emits_the_targets_distribution(runtime: Runtime, votes: Distribution) -> None:
+    """Temperature 1, n-gram drafts of 3 (" yes" is drafted every time): the first token of 300 seeded answers,
+    drafted, accepted or rejected by rejection sampling, against the target's distribution."""
+    rt, prompt = runtime, runtime.prompt_tokens(VOTES)
     counts: dict[int, int] = {}
-    draws = 300
-    for seed in range(draws):
-        rt.set_drafter("ngram")
-        rt.generator.sampling = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
-        rt.generator.policy.reset()
-        rt.generator.policy.fixed = 3
-        first = next(e for e in rt.generator.generate(prompt, GenerationSettings(max_tokens=1)) if isinstance(e, Step))
-        token = first.emitted[0].id
-        counts[token] = counts.get(token, 0) + 1
-    rt.generator.sampling = GREEDY
-    observed = np.array([counts.get(int(t), 0) for t in p.ids])
-    assert observed.sum() == draws  # nothing outside the target's support
-    stat, df = chi_square(observed, p.probs)
-    assert stat < chi_square_critical(df), (stat, df, dict(zip(p.ids.tolist(), observed.tolist())))
+    drafted = rejected = 0
+    rt.set_drafter("ngram")
+    try:
+        for seed in range(DRAWS):
+            rt.generator.sampling = replace(UNSHAPED, seed=seed)
+            rt.generator.policy.reset()
+            rt.generator.policy.fixed = 3
+            first = next(e for e in rt.generator.generate(prompt, GenerationSettings(max_tokens=2))
+                         if isinstance(e, Step))
+            counts[first.emitted[0].id] = counts.get(first.emitted[0].id, 0) + 1
+            drafted += bool(first.accepted or first.rejected)
+            rejected += bool(first.rejected) and not first.accepted
+    finally:
+        rt.generator.sampling = GREEDY
+    # the first token was a draft to verify nearly every time, and the target turned it down some of the time
+    assert drafted >= DRAWS * 0.9 and rejected > 0, (drafted, rejected)
+    observed = np.array([counts.get(int(t), 0) for t in votes.ids])
+    assert observed.sum() == DRAWS  # nothing outside the target's support
+    stat, df = chi_square(observed, votes.probs)
+    assert stat < chi_square_critical(df), (stat, df, dict(zip(votes.ids.tolist(), observed.tolist())))
+
+
+def test_the_draws_used_reject_a_wrong_distribution(votes: Distribution) -> None:
+    """The test above has the power to fail: 300 draws of what a broken loop would emit are told from the target's
+    distribution, 19 times in 20 at least. The wrongs: the draft (" yes") taken whenever it was drafted; taken
+    half again as often as the target would; the target at temperature 0.7 (a temperature applied twice)."""
+    p = votes.probs
+    top = int(np.argmax(p))
+    assert p[top] < 0.6, p[top]  # the draft is not the target's only likely token: a wrong loop can show
+    always = np.zeros_like(p)
+    always[top] = 1.0
+    more = p * (1 - 1.5 * p[top]) / (1 - p[top])
+    more[top] = 1.5 * p[top]
+    cooler = shape_candidates(votes.ids, np.log(np.maximum(p, 1e-30)), replace(UNSHAPED, temperature=0.7)).probs
+    for name, wrong in [("always", always), ("half again", more), ("cooler", cooler)]:
+        told = 0
+        for seed in range(20):
+            draws = np.random.default_rng(seed).choice(len(p), size=DRAWS, p=wrong / wrong.sum())
+            stat, df = chi_square(np.bincount(draws, minlength=len(p)), p)
+            told += stat >= chi_square_critical(df)
+        assert told >= 19, (name, told)
