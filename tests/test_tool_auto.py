@@ -3,6 +3,7 @@ opener closes with its own closer, and JSON the user asked for stays text (struc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import localspec as api
 from localspec.engine import Model
 from localspec.structured.grammars import Grammars
+from localspec.structured.tool_prompt import tool_calls
 from localspec.structured.tools import may_call, read_calls, read_tools
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -81,3 +83,47 @@ def test_a_json_example_asked_of_the_embedded_model_comes_back_as_text(model_pat
     for r in api.generate_many(asks, drafter="ngram", keep_history=False, parallel=2, ctx=1024):
         assert r.error is None and not r.tool_calls and r.finish_reason != "tool_calls", r
         assert r.text.strip()
+
+
+# -- the validator serve, batch and the API use (structured/tool_prompt.py: Grammars.matches under the tool's schema)
+
+
+@pytest.mark.parametrize(("arguments", "valid"), [
+    ({"city": "Oslo", "unit": "celsius"}, True),
+    ({"unit": "fahrenheit", "city": "Oslo"}, True),  # properties in another order
+    ({"city": "Oslo", "unit": "kelvin"}, False),  # not in the enum
+    ({"city": "Oslo"}, False),  # a required property missing
+    ({"city": 7, "unit": "celsius"}, False),  # another type
+    ({"city": "Oslo", "unit": "celsius", "when": "now"}, False),  # a property the tool does not take
+    ({"city": "\ud800", "unit": "celsius"}, False),  # a lone surrogate: no UTF-8 can carry it
+], ids=["valid", "reordered", "enum", "missing", "type", "extra", "surrogate"])
+def test_the_validator_takes_valid_arguments_and_refuses_the_rest(grammars: Grammars, arguments: dict,
+                                                                   valid: bool) -> None:
+    use = read_tools([WEATHER, CURRENCY], "auto", None)
+    assert use is not None
+    for text in (json.dumps({"name": "get_weather", "arguments": arguments}),
+                 "<tool_call>\n" + json.dumps({"name": "get_weather", "arguments": arguments}) + "\n</tool_call>"):
+        calls = tool_calls(grammars, text, use)
+        assert bool(calls.calls) is valid, (text, calls)
+        if not valid:
+            assert calls.content == text  # refused: the answer is text, as the model wrote it
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "convert_currency"}},
+                                    "auto"], ids=["required", "named", "auto"])
+def test_calls_on_the_embedded_model_are_what_the_validator_takes(model_path: Path, grammars: Grammars,
+                                                                   choice: object) -> None:
+    asks = [{"id": str(i), "messages": [{"role": "user", "content": q}], "tools": [WEATHER, CURRENCY],
+             "tool_choice": choice, "max_tokens": 96}
+            for i, q in enumerate(["What is the weather in Lisbon, in celsius?", "Convert 250 euros to yen."])]
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, CURRENCY)}
+    for r in api.generate_many(asks, drafter="ngram", keep_history=False, parallel=2, ctx=1024):
+        assert r.error is None, r
+        if choice != "auto":  # a call was asked for: one came, whole
+            assert r.finish_reason == "tool_calls" and r.tool_calls, r
+        if choice == "auto" and not r.tool_calls:
+            assert r.finish_reason != "tool_calls" and r.text, r
+        for call in r.tool_calls or []:
+            name = call["function"]["name"]
+            assert isinstance(choice, str) or name == "convert_currency"
+            assert grammars.matches(schemas[name], json.loads(call["function"]["arguments"])), call
