@@ -98,6 +98,9 @@ def test_seeded_sampling_is_reproducible(model_path: Path) -> None:
     a, b = localspec(args), localspec(args)
     assert a.code == 0, a.stderr
     assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
+    # and the seed and the temperature are used: another seed samples another text (both dropped, the two agree)
+    other = localspec([*args[:-2], "8", "--json"])
+    assert other.code == 0 and json.loads(other.stdout)["text"] != json.loads(a.stdout)["text"], other.stdout
 
 
 @pytest.mark.parametrize(

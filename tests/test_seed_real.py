@@ -55,6 +55,10 @@ def test_the_same_seeded_command_three_times_gives_one_text_with_the_history_on(
     assert texts[0] == texts[1] == texts[2], texts
     assert min(drafted) > 0  # it speculated: pass sizes were chosen, not all 1
     assert _requests_kept(own_home) == 3  # and the history was on, on disk, across the three
+    # the seed is used: --seed 2 samples another text (were seed or temperature dropped, the two would agree)
+    other = runner.invoke(app, ["run", PROMPT, "-m", str(model_path), "--drafter", "ngram", "--temperature", "0.8",
+                                "--seed", "2", "-n", str(N), "--ctx", "512", "--json"])
+    assert other.exit_code == 0 and json.loads(other.stdout)["text"] != texts[0], other.stdout
 
 
 def test_the_python_api_with_a_seed_gives_one_text_with_the_history_on(model_path: Path, own_home: Path) -> None:
@@ -65,3 +69,6 @@ def test_the_python_api_with_a_seed_gives_one_text_with_the_history_on(model_pat
     assert results[0].text == results[1].text == results[2].text, [r.text for r in results]
     assert all(r.stats.cache_drafted == 0 for r in results) and results[0].stats.drafted > 0
     assert _requests_kept(own_home) == 3
+    other = localspec.generate(PROMPT, model=str(model_path), drafter="ngram", temperature=0.8, seed=2, max_tokens=N,
+                               ctx=512)
+    assert other.error is None and other.text != results[0].text, other.text  # the seed is used
