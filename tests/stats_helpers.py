@@ -25,3 +25,25 @@ def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
     keep = exp_a > 0
     stat = float((((obs_a[keep] - exp_a[keep]) ** 2) / exp_a[keep]).sum())
     return stat, max(1, int(keep.sum()) - 1)
+
+
+def told_apart(probs: np.ndarray, wrong: np.ndarray, draws: int, trials: int = 20) -> int:
+    """In how many of ``trials`` seeded samples of ``draws`` from ``wrong`` the chi-square test against ``probs``
+    rejects: the power a test with that many draws has against that mistake."""
+    told = 0
+    for seed in range(trials):
+        sample = np.random.default_rng(seed).choice(len(wrong), size=draws, p=wrong / wrong.sum())
+        stat, df = chi_square(np.bincount(sample, minlength=len(probs)), probs)
+        told += stat >= chi_square_critical(df)
+    return told
+
+
+def wrongs(probs: np.ndarray) -> dict[str, np.ndarray]:
+    """What a broken sampler would draw instead of ``probs``: its best token taken always (drafts never turned
+    down), or half again as often as it should be (the rest scaled down)."""
+    top = int(np.argmax(probs))
+    always = np.zeros_like(probs)
+    always[top] = 1.0
+    more = probs * max(0.0, 1 - 1.5 * probs[top]) / (1 - probs[top])
+    more[top] = min(1.0, 1.5 * probs[top])
+    return {"always": always, "half again": more}

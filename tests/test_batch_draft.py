@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import localspec as api
 from localspec.batch.request import Request
 from localspec.batch.run import run_requests
 from localspec.events import Step
@@ -82,27 +83,31 @@ def test_a_sampled_lane_emits_the_targets_distribution(batch: BatchRuntime, sing
     """The first token of 240 seeded sampled answers drafted by the early-exit model, 4 lanes at a time, against the
     target's own distribution (chi-square): rejection sampling holds per lane."""
     from localspec.sampling import shape
-    from tests.stats_helpers import chi_square, chi_square_critical
+    from tests.stats_helpers import chi_square, chi_square_critical, told_apart, wrongs
 
     prompt = single.prompt_tokens("My favourite colour is")
-    sampling = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
+    sampling = SamplingSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
     row = single.score(prompt, one_by_one_from=len(prompt))
     p = shape(row, sampling)
     draws = 240
-    jobs = [Job(prompt, GenerationSettings(max_tokens=2), SamplingSettings(temperature=1.0, top_k=8, top_p=1.0,
+    jobs = [Job(prompt, GenerationSettings(max_tokens=2), SamplingSettings(temperature=1.0, top_k=3, top_p=1.0,
                                                                            min_p=0.0, seed=seed), key=seed)
             for seed in range(draws)]
     scheduler = Scheduler(batch.lanes, batch.make_generator, batch.costs, parallel=batch.parallel,
                           shapes=batch.shapes, drafts=batch.drafts)
     first: dict[object, int] = {}
-    drafted = 0
+    drafted = rejected = 0
     for job, event in scheduler.run(jobs):
         if isinstance(event, Step) and job.key not in first:
             first[job.key] = event.emitted[0].id
-            drafted += len(event.accepted) + len(event.rejected)
-    assert len(first) == draws and drafted > draws // 2  # most first tokens were drafts to verify
+            drafted += bool(event.accepted or event.rejected)
+            rejected += bool(event.rejected) and not event.accepted
+    # most first tokens were drafts to verify, and the target turned some down
+    assert len(first) == draws and drafted > draws // 2 and rejected > 0, (drafted, rejected)
+    for name, wrong in wrongs(p.probs).items():  # and these draws are enough to tell a broken sampler
+        assert told_apart(p.probs, wrong, draws) >= 19, name
     observed = np.array([sum(1 for t in first.values() if t == int(i)) for i in p.ids])
-    assert observed.sum() == draws  # nothing outside the target's top 8
+    assert observed.sum() == draws  # nothing outside the target's top 3
     stat, df = chi_square(observed, p.probs)
     assert stat < chi_square_critical(df), (stat, df)
 
@@ -157,3 +162,22 @@ def test_serve_drafts_every_request_with_the_model_and_a_request_may_leave_it_ou
                 timings, off = drafted.model_extra["timings"], alone.model_extra["timings"]  # type: ignore[index]
                 assert timings["draft_n"] > 0 and off["draft_n"] == 0
                 _lossless(model, prompt, drafted.choices[0].text, alone.choices[0].text)
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "early-exit"], ids=["lookup", "draft-phase"])
+def test_a_seeded_batch_gives_its_texts_again(model_path: Path, drafter: str) -> None:
+    """Seeded sampled requests 3 at a time, the same job twice: the same texts, with the draft phase (early exit:
+    every lane drafted by one model pass a depth) and without it (lookup); another seed, other texts."""
+    prompts = [{"id": str(i), "prompt": p, "max_tokens": 24, "seed": 10 + i} for i, p in enumerate(PROMPTS[:4])]
+
+    def texts(shift: int = 0) -> dict[str, str]:
+        asks = [{**p, "seed": p["seed"] + shift} for p in prompts]
+        results = api.generate_many(asks, model=str(model_path), drafter=drafter, k=K, parallel=3, ctx=1024,
+                                    temperature=0.9, keep_history=False)
+        return {r.id: r.text for r in results if r.error is None}
+
+    first = texts()
+    assert len(first) == len(prompts)
+    assert texts() == first
+    other = texts(shift=100)
+    assert sum(other[i] != first[i] for i in first) >= 2, (first, other)

@@ -472,10 +472,16 @@ def test_tool_calls_required_named_and_the_next_turn_with_the_result(server: Ser
     assert calls and calls[0].function.name == "convert" and deltas[-1].finish_reason == "tool_calls"
     assert "to" in json.loads(calls[0].function.arguments)
     call = choice.message.tool_calls[0]
+    result = '{"temperature": 18, "sky": "clear"}'
     then = client.chat.completions.create(model="default", max_tokens=24, temperature=0, tools=TOOLS, messages=[
         *ask, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 18, "sky": "clear"}'}])
-    assert then.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        {"role": "tool", "tool_call_id": call.id, "content": result}])
+    # the call and its result went into the prompt, the template's way: the turn holds more than the two JSON texts
+    assert first.usage is not None and then.usage is not None
+    assert then.usage.prompt_tokens >= first.usage.prompt_tokens + len(result) // 4 + len(call.function.arguments) // 4
+    answer = then.choices[0]
+    assert answer.message.content or answer.message.tool_calls, answer  # an answer: text, or another call
+    assert (answer.finish_reason == "tool_calls") == bool(answer.message.tool_calls), answer
 
 
 @pytest.mark.parametrize(("body", "param"), [

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import localspec as api
 from localspec.cli import app
 from localspec.events import Finished, Step
 from localspec.openai_body import BodyError, parse_body
@@ -30,7 +31,7 @@ from localspec.structured import ConstraintError, ConstraintSpec
 from localspec.structured.json_style import follow_prompt
 from tests.conftest import assert_one_line_error
 from tests.lossless import assert_lossless, margin
-from tests.stats_helpers import chi_square, chi_square_critical
+from tests.stats_helpers import chi_square, chi_square_critical, told_apart
 
 runner = CliRunner()
 
@@ -202,8 +203,9 @@ def test_drafts_from_earlier_answers_and_a_draft_model_stay_lossless(rt: Runtime
         lossless_under(rt, prompt, spec, ids, "auto")
         cached += finished.stats.cache_drafted
     assert cached > 0, "nothing was drafted from the earlier answers"
-    # the draft: the target's first layers (early exit), a model that disagrees with it now and then
-    settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024), SpeculationSettings(drafter="early-exit", k=3),
+    # the draft: the target's first 12 of 18 layers (early exit), a model that disagrees with it now and then
+    settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024), SpeculationSettings(drafter="early-exit", k=3,
+                                                                                          exit_layer=12),
                         history=HistorySettings("off"))
     drafted = accepted = 0
     with Runtime.open(settings) as other:
@@ -217,7 +219,7 @@ def test_drafts_from_earlier_answers_and_a_draft_model_stay_lossless(rt: Runtime
     assert 0 < accepted < drafted, "the draft model's tokens were never proposed, or never rejected"
 
 
-def test_a_grammar_a_regex_and_stop_strings_say_why_they_ended(rt: Runtime) -> None:
+def test_a_grammar_and_a_regex_say_why_they_ended(rt: Runtime) -> None:
     prompt = "Q: Is the sky blue on a clear day? Answer yes or no.\nA:"
     ids, text, finished = constrained(rt, prompt, ConstraintSpec("grammar", 'root ::= " " ("yes" | "no")'), "ngram")
     assert text in (" yes", " no") and finished.reason == "eog"
@@ -299,12 +301,7 @@ def test_top_k_before_the_mask_would_be_told_apart(colour_row) -> None:  # type:
     wrong_ids = _top3_then_masked(row, allowed)
     assert wrong_ids is not None and set(wrong_ids.tolist()) < set(p.ids.tolist())
     wrong = np.isin(p.ids, wrong_ids) * np.exp(row[p.ids] - row[p.ids].max())
-    told = 0
-    for seed in range(20):
-        draws = np.random.default_rng(seed).choice(len(p.ids), size=COLOUR_DRAWS, p=wrong / wrong.sum())
-        stat, df = chi_square(np.bincount(draws, minlength=len(p.ids)), p.probs)
-        told += stat >= chi_square_critical(df)
-    assert told >= 19, told
+    assert told_apart(p.probs, wrong, COLOUR_DRAWS) >= 19
 
 
 def test_many_prompts_in_one_batch_each_under_its_own_schema_are_lossless(rt: Runtime, model_path: Path) -> None:
@@ -368,3 +365,47 @@ def test_run_answers_under_a_schema_file_and_counts_the_forced_tokens(tmp_path: 
     doc = json.loads(result.stdout)
     assert set(json.loads(doc["text"])) == set(PERSON["required"])
     assert doc["stats"]["forced_drafted"] > 0 and doc["stats"]["stop_reason"] == "eog"
+
+
+# -- promises with drafts on: sampled answers under a schema, and a draft model's drafts under grammars in a batch
+
+
+def test_sampled_answers_under_a_schema_with_drafts_are_valid(model_path: Path) -> None:
+    chosen = PAIRS[::6]
+    prompts = [{"id": f"{i}-{seed}", "prompt": prompt, "max_tokens": MAX_TOKENS, "seed": seed, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
+        for i, (schema, prompt) in enumerate(chosen) for seed in range(3)]
+    results = list(api.generate_many(prompts, model=str(model_path), drafter="ngram", k=3, parallel=3, ctx=1024,
+                                     temperature=0.8, keep_history=False))
+    assert len(results) == len(prompts)
+    for r in results:
+        assert r.finish_reason == "stop", r
+        whole(chosen[int(r.id.split("-")[0])][0], r.text)
+    assert sum(r.stats.drafted - r.stats.forced_drafted for r in results) > 0  # the lookup drafted, not only forced
+    assert len({r.text for r in results}) > len(chosen)  # sampled: seeds gave other answers
+
+
+def test_a_draft_models_drafts_under_each_requests_grammar_in_a_batch_are_lossless(rt: Runtime,
+                                                                                   model_path: Path) -> None:
+    """The draft phase (one draft-model pass a depth for every lane) under each request's own schema: the early-exit
+    model at layer 12 of 18, which the target turns down now and then."""
+    from localspec.batch.request import Request
+    from localspec.batch.run import run_requests
+    from localspec.runtime import BatchRuntime
+
+    chosen = list(range(1, len(PAIRS), 6))
+    settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024),
+                        SpeculationSettings(drafter="early-exit", k=3, exit_layer=12), history=HistorySettings("off"))
+    requests = [Request(str(i), prompt=PAIRS[i][1], max_tokens=MAX_TOKENS,
+                        constraint=spec_for(PAIRS[i][0], PAIRS[i][1])) for i in chosen]
+    with BatchRuntime.open(settings, 3) as batch:
+        assert batch.drafts is not None
+        results = {r.id: r for r in run_requests(batch, requests)}
+    for i in chosen:
+        r = results[str(i)]
+        assert r.finish_reason == "stop", r
+        whole(PAIRS[i][0], r.text)
+        lossless_under(rt, PAIRS[i][1], spec_for(PAIRS[i][0], PAIRS[i][1]), r.tokens, f"early exit {i}")
+    model_drafted = sum(r.stats.drafted - r.stats.forced_drafted for r in results.values())
+    model_accepted = sum(r.stats.accepted - r.stats.forced_accepted for r in results.values())
+    assert 0 < model_accepted < model_drafted, (model_accepted, model_drafted)  # verified; some turned down
