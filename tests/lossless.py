@@ -54,13 +54,15 @@ def assert_lossless(model: Model, prompt: Sequence[int], emitted: Sequence[int],
     assert prompt, "the check needs the prompt the text followed"
     vocab = model.vocab
     total = len(prompt) + len(emitted) + 1
-    with Context(model, n_ctx=max(512, -(-total // 256) * 256), n_batch=CHUNK) as ctx:
-        for start in range(0, len(prompt) - 1, CHUNK):
-            ctx.decode(prompt[start:min(start + CHUNK, len(prompt) - 1)])
+    # llama.cpp sizes its logits buffer for n_batch rows of the whole vocabulary: no more rows than the text needs
+    rows_at_once = min(CHUNK, -(-(len(emitted) + 1) // 16) * 16)
+    with Context(model, n_ctx=max(512, -(-total // 256) * 256), n_batch=rows_at_once) as ctx:
+        for start in range(0, len(prompt) - 1, rows_at_once):
+            ctx.decode(prompt[start:min(start + rows_at_once, len(prompt) - 1)])
         # row i predicts position i: it is scored after the prompt's last token and the text's first i tokens
         feed = [prompt[-1], *emitted]
-        for start in range(0, len(emitted) + (1 if ended else 0), CHUNK):
-            chunk = feed[start:start + CHUNK]
+        for start in range(0, len(emitted) + (1 if ended else 0), rows_at_once):
+            chunk = feed[start:start + rows_at_once]
             rows = ctx.decode(chunk, all_logits=True)
             for r, row in enumerate(rows):
                 i = start + r

@@ -139,7 +139,7 @@ def test_a_draft_with_another_tokenizer_is_refused(tmp_path: Path, model_path: P
 VOTES = "A: yes\nB: no\nA: yes\nB: yes\nA: no\nB:"
 # no truncation: batching noise must not move a token in or out of the support
 UNSHAPED = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-DRAWS = 300
+DRAWS = 200
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_sampled_speculation_emits_the_targets_distribution(runtime: Runtime, vo
 
 
 def test_the_draws_used_reject_a_wrong_distribution(votes: Distribution) -> None:
-    """The test above has the power to fail: 300 draws of what a broken loop would emit (the draft " yes" always
+    """The test above has the power to fail: 200 draws of what a broken loop would emit (the draft " yes" always
     taken, or taken half again as often) are told from the target's distribution, 19 times in 20 at least."""
     assert votes.probs.max() < 0.6  # the draft is not the target's only likely token: a wrong loop can show
     for name, wrong in wrongs(votes.probs).items():

@@ -237,7 +237,7 @@ COLOURS = ConstraintSpec("regex", "(red|orange|green|blue|indigo|violet|pink|bro
 # the prompt repeats "colour=red\ncolour=": n-gram drafts propose what followed it ("green"), to be verified
 COLOUR_PROMPT = "colour=red\ncolour=blue\ncolour=red\ncolour=green\ncolour=red\ncolour="
 TOP3 = SamplingSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
-COLOUR_DRAWS = 240
+COLOUR_DRAWS = 160
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +266,7 @@ def _top3_then_masked(row: np.ndarray, allowed: np.ndarray) -> np.ndarray | None
 
 
 def test_a_sampled_answer_under_a_grammar_follows_the_mask_then_top_k(rt: Runtime, colour_row) -> None:  # type: ignore[no-untyped-def]
-    """The first token of 240 seeded answers, top_k = 3, n-gram drafts of 3 (max_tokens 2: room to draft), against
+    """The first token of 160 seeded answers, top_k = 3, n-gram drafts of 3 (max_tokens 2: room to draft), against
     the target's logits masked by the grammar and then cut to their best 3: the distribution is the mask's, then
     top-k's, whatever the drafts proposed."""
     row, allowed = colour_row
@@ -295,7 +295,7 @@ def test_a_sampled_answer_under_a_grammar_follows_the_mask_then_top_k(rt: Runtim
 
 def test_top_k_before_the_mask_would_be_told_apart(colour_row) -> None:  # type: ignore[no-untyped-def]
     """The order matters on this row, and the test above can see it: top-k's best 3 of the whole vocabulary are not
-    the grammar's best 3, and 240 draws of the wrong order's distribution fail the right one's chi-square."""
+    the grammar's best 3, and 160 draws of the wrong order's distribution fail the right one's chi-square."""
     row, allowed = colour_row
     p = _masked_then_top3(row, allowed)
     wrong_ids = _top3_then_masked(row, allowed)
