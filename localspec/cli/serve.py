@@ -164,6 +164,9 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, limits: Limi
     # collector's reach, a full collection no longer walks it, which held the GIL, and so the event loop, ~50-120 ms
     gc.collect()
     gc.freeze()
+    # the event loop, the worker and the admission threads take turns at the GIL: a thread that wants it waits up to
+    # the switch interval for each thread ahead of it (5 ms by default), and the loop's wake-ups queue behind them
+    sys.setswitchinterval(0.001)
     service = Service(rt, worker)
     names = tuple(dict.fromkeys(n for n in (rt.model_name, profile, "default") if n))
     application = create_app(service, limits, names)
