@@ -1,4 +1,4 @@
-"""A fault a test injects, to hold the promises about failures to a real pass (tests/test_faults.py).
+"""A fault a test injects, to hold the promises about failures to a real pass (tests/test_isolation.py).
 
 Inert unless ``LOCALSPEC_FAULT`` is set when localspec is imported: then a pass that holds a request whose text
 contains that marker raises, as a failing llama_decode would. Never set it in use.

@@ -45,45 +45,34 @@ def margin(model: Model) -> float:
 
 
 def assert_lossless(model: Model, prompt: Sequence[int], emitted: Sequence[int], margin: float, *,
-                    constraint: Constraint | None = None, ended: bool = False, label: str = "") -> None:
+                    constraint: Constraint | None = None, label: str = "") -> None:
     """Every token of ``emitted`` (the run's text after ``prompt``) is within ``margin`` of the best logit at its
-    position; ``constraint``: of the best the grammar allows (a fresh one, fed the text as it goes); ``ended``: the run
-    stopped on an end-of-generation token after ``emitted``, which is checked too. Fails at the first position that
-    is not, naming both tokens and their logits."""
+    position; ``constraint``: of the best the grammar allows (a fresh one, fed the text as it goes). Fails at the
+    first position that is not, naming both tokens and their logits."""
     prompt, emitted = list(prompt), list(emitted)
     assert prompt, "the check needs the prompt the text followed"
     vocab = model.vocab
-    total = len(prompt) + len(emitted) + 1
     # llama.cpp sizes its logits buffer for n_batch rows of the whole vocabulary: no more rows than the text needs
-    rows_at_once = min(CHUNK, -(-(len(emitted) + 1) // 16) * 16)
-    with Context(model, n_ctx=max(512, -(-total // 256) * 256), n_batch=rows_at_once) as ctx:
-        for start in range(0, len(prompt) - 1, rows_at_once):
-            ctx.decode(prompt[start:min(start + rows_at_once, len(prompt) - 1)])
-        # row i predicts position i: it is scored after the prompt's last token and the text's first i tokens
-        feed = [prompt[-1], *emitted]
-        for start in range(0, len(emitted) + (1 if ended else 0), rows_at_once):
-            chunk = feed[start:start + rows_at_once]
-            rows = ctx.decode(chunk, all_logits=True)
-            for r, row in enumerate(rows):
-                i = start + r
-                if i > len(emitted) or (i == len(emitted) and not ended):
-                    break
+    step = min(CHUNK, -(-len(emitted) // 16) * 16 or 16)
+    total = len(prompt) + len(emitted)
+    with Context(model, n_ctx=max(512, -(-total // 256) * 256), n_batch=step) as ctx:
+        for start in range(0, len(prompt) - 1, step):
+            ctx.decode(prompt[start:min(start + step, len(prompt) - 1)])
+        # row i predicts emitted[i]: it is scored after the prompt's last token and the text's first i tokens
+        feed = [prompt[-1], *emitted[:-1]]
+        for start in range(0, len(emitted), step):
+            for i, row in enumerate(ctx.decode(feed[start:start + step], all_logits=True), start):
+                token = emitted[i]
                 allowed = None if constraint is None else constraint._allowed_ids()
-                if i == len(emitted):  # the end: its best end-of-generation token against the best of all
-                    ends = [t for t in (allowed if allowed is not None else range(len(row))) if vocab.is_eog(int(t))]
-                    token = max(ends, key=lambda t: row[t]) if ends else -1
-                else:
-                    token = emitted[i]
                 best = int(row.argmax()) if allowed is None else int(allowed[np.argmax(row[allowed])])
-                gap = float(row[best] - row[token]) if token >= 0 else float("inf")
+                gap = float(row[best] - row[token])
                 if gap > margin:
-                    said = vocab.token_text(token) if token >= 0 else "(not allowed)"
                     raise AssertionError(
                         f"{label + ': ' if label else ''}not lossless at position {i} of {len(emitted)}: emitted "
-                        f"{token} {said!r} (logit {row[token] if token >= 0 else float('nan'):.3f}), the best "
-                        f"{best} {vocab.token_text(best)!r} ({row[best]:.3f}): a gap of {gap:.3f} > the margin "
+                        f"{token} {vocab.token_text(token)!r} (logit {row[token]:.3f}), the best {best} "
+                        f"{vocab.token_text(best)!r} ({row[best]:.3f}): a gap of {gap:.3f} > the margin "
                         f"{margin:.3f}; the text to there: {_text(vocab, emitted[:i])!r}")
-                if constraint is not None and i < len(emitted):
+                if constraint is not None:
                     constraint.matcher.consume_tokens([token])
 
 

@@ -166,15 +166,11 @@ class Service:
                 # itself, and goes on): each running request gets that error, and the server starts a new one
                 failed = Failed.of(e, shared=True)
                 log.error("%s", failed.message)
-                log.debug("the shared pass failed", exc_info=True)
+                log.debug("the scheduler failed", exc_info=True)
                 for ticket in list(self.queue.running):
                     ticket.deliver(failed)
                 self.queue.running.clear()
-                drafts = self.rt.drafts.lanes if self.rt.drafts is not None else None
-                for lane in range(len(self.rt.lanes)):  # no lane's cache can be trusted after a failed pass
-                    self.rt.lanes[lane].truncate(0)
-                    if drafts is not None:  # nor its draft lane's
-                        drafts[lane].truncate(0)
+                scheduler.empty_lanes()
 
     def _idle(self) -> None:
         self.queue.wait()

@@ -334,6 +334,10 @@ class Scheduler:
         for f in live:
             if f.error is None:
                 f.error = failed
+        self.empty_lanes()
+
+    def empty_lanes(self) -> None:
+        """Every lane's cache, and its draft lane's, emptied: after a failed pass none of them can be trusted."""
         for lane in range(len(self.lanes)):
             self.lanes[lane].truncate(0)
             if self.drafts is not None:
