@@ -19,7 +19,7 @@ from localspec.events import Finished, Step
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.jobs import Failed, Job
 from localspec.structured.cache import BoundedCache
-from localspec.structured.spec import ConstraintSpec
+from localspec.structured.spec import ConstraintError, ConstraintSpec, capped_json
 from tests.conftest import localspec
 from tests.test_scheduler_toy import PROMPTS, alone, batch
 from tests.test_serve import Server, start
@@ -70,6 +70,20 @@ def test_the_bounded_cache_keeps_count_and_bytes() -> None:
     for key in "efgh":
         cache.put(key, "")
     assert len(cache) == 3
+
+
+def test_a_schema_or_tools_list_is_written_as_json_dumps_writes_it_and_refused_past_the_cap() -> None:
+    schema = {"type": "object", "properties": {"città": {"type": "string", "pattern": "\\d+"}, "n": {"type": "number"}}}
+    assert capped_json(schema, "schema", "x") == json.dumps(schema)  # the spec's text, as before the cap was written
+    assert capped_json(schema, "schema", "x", ensure_ascii=False) == json.dumps(schema, ensure_ascii=False)
+    huge = {"type": "object", "properties": {f"p{i:05d}": {"type": "string"} for i in range(36000)}}  # ~1 MB
+    with pytest.raises(ConstraintError, match="over the 65,536 bytes") as e:
+        capped_json(huge, "JSON schema", "response_format.json_schema")
+    assert e.value.param == "response_format.json_schema"
+    # 33,000 characters of "é": under the cap counted in characters, over it in UTF-8's 66,000 bytes
+    wide = {"d": "é" * 33000}
+    with pytest.raises(ConstraintError, match="tools list"):
+        capped_json(wide, "tools list", "tools", ensure_ascii=False)
 
 
 # -- the server: each bad kind beside a long request (real model) --

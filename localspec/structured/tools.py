@@ -29,7 +29,7 @@ from typing import Any
 from localspec.structured.json_style import DEFAULT, Separators, json_options
 from localspec.structured.numbers import bounded
 from localspec.structured.schema_defaults import with_defaults
-from localspec.structured.spec import TEXT_MAX, ConstraintError, ConstraintSpec
+from localspec.structured.spec import ConstraintError, ConstraintSpec, capped_json
 
 CHOICES = ("none", "auto", "required")
 TOOLS_MAX = 128  # OpenAI's own limit: each tool's parameters are a schema to compile
@@ -115,9 +115,7 @@ def read_tools(tools: Any, tool_choice: Any, parallel: Any) -> ToolUse | None:
         raise ConstraintError("tools must be a list of {\"type\": \"function\", \"function\": {...}}", "tools")
     if len(tools) > TOOLS_MAX:
         raise ConstraintError(f"tools holds {len(tools)} tools, over the {TOOLS_MAX} a request may have", "tools")
-    size = len(json.dumps(tools, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-    if size > TEXT_MAX:
-        raise ConstraintError(f"tools is {size:,} bytes of JSON, over the {TEXT_MAX:,} a request may have", "tools")
+    capped_json(tools, "tools list", "tools", ensure_ascii=False)
     names = []
     for i, tool in enumerate(tools):
         f = tool.get("function") if isinstance(tool, Mapping) else None
