@@ -13,7 +13,10 @@ between the check's prefill and passes of 1, 4, 8 and 16 rows, measured once per
 
 from __future__ import annotations
 
+import atexit
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +31,9 @@ if TYPE_CHECKING:
 
 CHUNK = 128  # rows scored a pass: 128 × a 262k vocabulary is 128 MiB of logits, read in place
 _margins: dict[str, float] = {}
+# texts already found lossless, by (model, prompt, margin): drafters that agree emit the same text, and its check is
+# ~10 ms a token on a 2-core CPU (a 262k-vocabulary row a position); a prefix of a checked text needs no check either
+_passed: dict[tuple[str, tuple[int, ...], float], list[tuple[int, ...]]] = {}
 
 
 def margin(model: Model) -> float:
@@ -44,6 +50,39 @@ def margin(model: Model) -> float:
     return _margins[key]
 
 
+class _Checker:
+    """The check's own model and context for one GGUF: loaded once per test process, and apart from whatever model
+    object the run used (a test's fixture may close its own). The prompt's cache is kept from one check to the
+    next: a test checks several texts after one prompt, and a prefill costs as much as the rows it scores."""
+
+    def __init__(self, path: Path) -> None:
+        self.model = Model(path)
+        self.ctx: Context | None = None
+
+    def context(self, n_ctx: int) -> Context:
+        # a context a thread: llama.cpp keeps a thread team per calling thread (engine/context.py), and a chat's
+        # check runs on its engine thread
+        if self.ctx is None or self.ctx.n_ctx < n_ctx or self.ctx._thread not in (None, threading.get_ident()):
+            if self.ctx is not None:
+                self.ctx.close()
+            self.ctx = Context(self.model, n_ctx=max(2048, n_ctx), n_batch=CHUNK, n_threads=usable_cores())
+        return self.ctx
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.ctx.close()
+        self.model.close()
+
+
+_checkers: dict[str, _Checker] = {}
+
+
+@atexit.register
+def _close_checkers() -> None:  # each context before its model: llama.cpp frees nothing of a model twice
+    for checker in _checkers.values():
+        checker.close()
+
+
 def assert_lossless(model: Model, prompt: Sequence[int], emitted: Sequence[int], margin: float, *,
                     constraint: Constraint | None = None, label: str = "") -> None:
     """Every token of ``emitted`` (the run's text after ``prompt``) is within ``margin`` of the best logit at its
@@ -51,29 +90,39 @@ def assert_lossless(model: Model, prompt: Sequence[int], emitted: Sequence[int],
     first position that is not, naming both tokens and their logits."""
     prompt, emitted = list(prompt), list(emitted)
     assert prompt, "the check needs the prompt the text followed"
+    key = (str(model.path), tuple(prompt), margin)
+    if constraint is None and any(done[:len(emitted)] == tuple(emitted) for done in _passed.get(key, [])):
+        return
     vocab = model.vocab
-    # llama.cpp sizes its logits buffer for n_batch rows of the whole vocabulary: no more rows than the text needs
+    # rows a pass: as many as the text needs, up to CHUNK (the passes' sizes, not the cache, set the numerics)
     step = min(CHUNK, -(-len(emitted) // 16) * 16 or 16)
-    total = len(prompt) + len(emitted)
-    with Context(model, n_ctx=max(512, -(-total // 256) * 256), n_batch=step) as ctx:
-        for start in range(0, len(prompt) - 1, step):
-            ctx.decode(prompt[start:min(start + step, len(prompt) - 1)])
-        # row i predicts emitted[i]: it is scored after the prompt's last token and the text's first i tokens
-        feed = [prompt[-1], *emitted[:-1]]
-        for start in range(0, len(emitted), step):
-            for i, row in enumerate(ctx.decode(feed[start:start + step], all_logits=True), start):
-                token = emitted[i]
-                allowed = None if constraint is None else constraint._allowed_ids()
-                best = int(row.argmax()) if allowed is None else int(allowed[np.argmax(row[allowed])])
-                gap = float(row[best] - row[token])
-                if gap > margin:
-                    raise AssertionError(
-                        f"{label + ': ' if label else ''}not lossless at position {i} of {len(emitted)}: emitted "
-                        f"{token} {vocab.token_text(token)!r} (logit {row[token]:.3f}), the best {best} "
-                        f"{vocab.token_text(best)!r} ({row[best]:.3f}): a gap of {gap:.3f} > the margin "
-                        f"{margin:.3f}; the text to there: {_text(vocab, emitted[:i])!r}")
-                if constraint is not None:
-                    constraint.matcher.consume_tokens([token])
+    checker = _checkers.get(str(model.path)) or _checkers.setdefault(str(model.path), _Checker(model.path))
+    ctx = checker.context(len(prompt) + len(emitted))
+    # the prompt's cache kept where the last check's prompt agrees with this one; the rest decoded
+    kept = next((i for i, (a, b) in enumerate(zip(ctx.tokens, prompt[:-1])) if a != b),
+                min(len(ctx.tokens), len(prompt) - 1))
+    ctx.truncate(kept)
+    for start in range(kept, len(prompt) - 1, step):
+        ctx.decode(prompt[start:min(start + step, len(prompt) - 1)])
+    # row i predicts emitted[i]: it is scored after the prompt's last token and the text's first i tokens
+    feed = [prompt[-1], *emitted[:-1]]
+    for start in range(0, len(emitted), step):
+        for i, row in enumerate(ctx.decode(feed[start:start + step], all_logits=True), start):
+            token = emitted[i]
+            allowed = None if constraint is None else constraint._allowed_ids()
+            best = int(row.argmax()) if allowed is None else int(allowed[np.argmax(row[allowed])])
+            gap = float(row[best] - row[token])
+            if gap > margin:
+                raise AssertionError(
+                    f"{label + ': ' if label else ''}not lossless at position {i} of {len(emitted)}: emitted "
+                    f"{token} {vocab.token_text(token)!r} (logit {row[token]:.3f}), the best {best} "
+                    f"{vocab.token_text(best)!r} ({row[best]:.3f}): a gap of {gap:.3f} > the margin "
+                    f"{margin:.3f}; the text to there: {_text(vocab, emitted[:i])!r}")
+            if constraint is not None:
+                constraint.matcher.consume_tokens([token])
+    ctx.truncate(len(prompt) - 1)  # the next check after this prompt starts from its cache
+    if constraint is None:
+        _passed.setdefault(key, []).append(tuple(emitted))
 
 
 def assert_lossless_text(model: Model, prompt: str, text: str, margin: float, *, chat: bool = False,

