@@ -36,7 +36,7 @@ NO_GPU_DEVICE = "llama.cpp found no GPU it can use (a GPU build, but no device o
 
 def resolve(spec: str | None) -> tuple[str, Path]:
     """A model name from models.toml, or a path, → (display name, file)."""
-    from localspec.models.registry import resolve_model
+    from localspec.models.sources import resolve_model
 
     resolved = resolve_model(spec)
     return resolved.name, resolved.path

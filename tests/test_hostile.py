@@ -303,7 +303,8 @@ def test_pull_messages_name_the_right_culprit(hub_env: dict[str, str]) -> None:
 def test_model_accepts_every_name_the_models_listing_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from localspec.cli.models import _model_rows
     from localspec.models import hub
-    from localspec.models.registry import load_registry, resolve_model
+    from localspec.models.registry import load_registry
+    from localspec.models.sources import resolve_model
     from tests.hub_server import HubServer, make_gguf
 
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "home"))

@@ -79,7 +79,7 @@ def test_running_the_default_model_loads_no_downloader(model_path: Path) -> None
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "from localspec.models.files import known_sha256\n"
-        "from localspec.models.registry import resolve_model\n"
+        "from localspec.models.sources import resolve_model\n"
         "known_sha256(resolve_model(None, progress=False).path)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'huggingface_hub' or m == 'localspec.models.hub'))\n"
     )

@@ -15,8 +15,9 @@ import pytest
 from localspec.runtime import Runtime
 from localspec.settings import HistorySettings, RuntimeSettings, Settings, SpeculationSettings
 from localspec.structured import ConstraintSpec
-from localspec.structured.json_style import COMPACT, DEFAULT, SPACED, follow_prompt, json_options, separators_of
+from localspec.structured.json_style import COMPACT, DEFAULT, SPACED, json_options, separators_of
 from localspec.structured.numbers import FRACTION_STEP, INTEGER_BOUND, bounded
+from localspec.structured.spec import follow_prompt
 
 # -- the prompt's separators, without a model --
 

@@ -9,7 +9,8 @@ import pytest
 
 from localspec.errors import UserError
 from localspec.models import registry
-from localspec.models.registry import RegistryError, load_registry, resolve_model, resolve_profile
+from localspec.models.registry import RegistryError, load_registry, resolve_profile
+from localspec.models.sources import resolve_model
 from localspec.settings import DRAFTERS
 
 

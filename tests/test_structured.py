@@ -28,7 +28,7 @@ from localspec.settings import (
     SpeculationSettings,
 )
 from localspec.structured import ConstraintError, ConstraintSpec
-from localspec.structured.json_style import follow_prompt
+from localspec.structured.spec import follow_prompt
 from tests.conftest import assert_one_line_error
 from tests.lossless import assert_lossless, margin
 from tests.stats_helpers import chi_square, chi_square_critical, told_apart

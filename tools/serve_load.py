@@ -266,7 +266,8 @@ def model_path() -> str:
 
 def profile_paths() -> tuple[Path, Path | None]:
     """The --profile's target and draft files (pulled first: `localspec pull PROFILE`)."""
-    from localspec.models.registry import resolve_model, resolve_profile
+    from localspec.models.registry import resolve_profile
+    from localspec.models.sources import resolve_model
 
     assert PROFILE is not None
     p = resolve_profile(PROFILE)

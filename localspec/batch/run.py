@@ -17,7 +17,7 @@ from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings
 from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.scheduler import Scheduler
-from localspec.structured.json_style import follow_prompt
+from localspec.structured.spec import follow_prompt
 
 # what a Finished reason is called in a result: the OpenAI words where there is one
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",

@@ -165,7 +165,7 @@ def _prepare_model(spec: str | None) -> None:
     Assembling prints progress that a full-screen app would hide; any failure here is left for the app to show
     as a notice, where the user sees it alongside what to do next.
     """
-    from localspec.models.registry import resolve_model
+    from localspec.models.sources import resolve_model
 
     try:
         resolve_model(spec)

@@ -21,7 +21,7 @@ from localspec.cli.structured import constraint_from_options
 from localspec.errors import UserError
 from localspec.events import Finished, Notice, Stats, Step, Token
 from localspec.settings import Settings
-from localspec.structured.json_style import follow_prompt
+from localspec.structured.spec import follow_prompt
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:

@@ -7,7 +7,6 @@ reported with file and line; unknown keys are warned about on stderr, never sile
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -16,11 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import UserError
-from localspec.models.hub_cache import cached_path
-from localspec.models.listing import quant_of
+from localspec.models.entry import ModelEntry
 from localspec.models.parts import PartsSource, expand_packages
-from localspec.models.records import load_records
-from localspec.models.sources import local_path
 from localspec.models.toml_lines import Locator, line_from_message
 from localspec.paths import user_registry_path
 from localspec.settings import DRAFTERS  # one list of drafter names for flags and files
@@ -39,32 +35,6 @@ _SOURCES = ("hub", "parts", "embedded")
 
 class RegistryError(UserError):
     """A models.toml that cannot be used; the message starts with ``file:line:``."""
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    name: str
-    file: str
-    repo: str | None = None  # hub repo id; None for the embedded model
-    revision: str | None = None
-    sha256: str | None = None
-    family: str | None = None
-    notes: str = ""
-    sources: tuple[str, ...] = ("hub",)  # tried in this order by `pull`: hub, parts (models/parts.py), embedded
-    defined_in: Path | None = None
-    parts: PartsSource | None = None
-
-    @property
-    def source(self) -> str:
-        return self.sources[0]
-
-    @property
-    def embedded(self) -> bool:
-        return self.source == "embedded"
-
-    @property
-    def quant(self) -> str | None:
-        return quant_of(self.file)
 
 
 @dataclass(frozen=True)
@@ -88,12 +58,6 @@ class Registry:
     files: list[Path] = field(default_factory=list)  # the files it was read from, shipped first
     warnings: list[str] = field(default_factory=list)
     default_at: str = "models.toml"  # file:line of the `default = ...` in force, for error messages
-
-
-@dataclass(frozen=True)
-class ResolvedModel:
-    name: str
-    path: Path
 
 
 # --------------------------------------------------------------------------------------------------
@@ -155,7 +119,7 @@ def _merge(reg: Registry, path: Path) -> None:
 
     for key in data:
         if key not in _TOP_KEYS:
-            reg.warnings.append(f"{where.at(key=key)}: unknown key '{key}' (ignored; expected {_list(_TOP_KEYS)})")
+            reg.warnings.append(f"{where.at(key=key)}: unknown key '{key}' (ignored; expected {names_list(_TOP_KEYS)})")
     if "default" in data:
         if not isinstance(data["default"], str):
             raise RegistryError(f"{where.at(key='default')}: 'default' must be a model name (a string)")
@@ -186,7 +150,7 @@ def _parse_model(name: str, t: dict[str, Any], where: Locator, warnings: list[st
     else:
         raise RegistryError(f"{where.at('models', name, 'source')}: source must be a string or a list of them")
     if any(s not in _SOURCES for s in sources):
-        raise RegistryError(f"{where.at('models', name, 'source')}: each source must be one of {_list(_SOURCES)}")
+        raise RegistryError(f"{where.at('models', name, 'source')}: each source must be one of {names_list(_SOURCES)}")
     if "parts" in sources and parts is None:
         raise RegistryError(f"{where.at('models', name)}: model '{name}' has source 'parts' but no [parts] table")
     file = _opt_str(t, "file", ("models", name), where)
@@ -253,7 +217,7 @@ def _parse_profile(name: str, t: dict[str, Any], where: Locator, warnings: list[
         raise RegistryError(f"{where.at(*table)}: profile '{name}' needs a 'target' (a model name)")
     drafter = _opt_str(t, "drafter", table, where) or "auto"
     if drafter not in DRAFTERS:
-        raise RegistryError(f"{where.at(*table, 'drafter')}: drafter must be one of {_list(DRAFTERS)}")
+        raise RegistryError(f"{where.at(*table, 'drafter')}: drafter must be one of {names_list(DRAFTERS)}")
     draft = _opt_str(t, "draft", table, where)
     if drafter == "draft" and not draft:
         raise RegistryError(f"{where.at(*table)}: profile '{name}' has drafter 'draft' but no 'draft' model")
@@ -286,7 +250,7 @@ def _check_references(reg: Registry) -> None:
                 raise RegistryError(
                     f"{loc.at('profiles', p.name, role)}: profile '{p.name}' names unknown"
                     f" {role} model '{ref}'"
-                    f" (known: {_list(reg.models)})"
+                    f" (known: {names_list(reg.models)})"
                 )
     if reg.default not in reg.models and reg.default not in reg.profiles:
         raise RegistryError(f"{reg.default_at}: default '{reg.default}' is not a model or profile name")
@@ -306,7 +270,7 @@ def _warn_unknown(
         if key not in known:
             warnings.append(
                 f"{where.at(*table, key)}: unknown key '{key}' in [{table[0]}.{table[1]}] (ignored; expected"
-                f" {_list(known)})"
+                f" {names_list(known)})"
             )
 
 
@@ -332,57 +296,13 @@ def _toml_type(value: object) -> str:
     )
 
 
-def _list(items: Any) -> str:
+def names_list(items: Any) -> str:
     return ", ".join(sorted(items))
 
 
 # --------------------------------------------------------------------------------------------------
 # What the rest of localspec calls
 # --------------------------------------------------------------------------------------------------
-
-
-def _looks_like_path(spec: str) -> bool:
-    return (
-        os.sep in spec
-        or (os.altsep is not None and os.altsep in spec)
-        or spec.lower().endswith(".gguf")
-        or (Path(spec).exists())
-    )
-
-
-def resolve_model(spec: str | None, *, progress: bool = True) -> ResolvedModel:
-    """Turn ``--model`` (None, a path, or a registry name) into a local GGUF path, or a one-line UserError."""
-    if spec is not None and _looks_like_path(spec):
-        path = Path(spec).expanduser()
-        if path.is_file():
-            return ResolvedModel(name=path.stem, path=path)
-        pulled = _pulled_file(spec)
-        if pulled is None:
-            raise UserError(f"model file not found: {spec} (check the path, or use a name from `localspec models`)")
-        return ResolvedModel(name=spec, path=pulled)
-    reg = load_registry()
-    name = spec if spec is not None else reg.default
-    if spec is None and name in reg.profiles and name not in reg.models:
-        name = reg.profiles[name].target  # `default` may name a profile: use its target
-    entry = reg.models.get(name)
-    if entry is None:
-        if name in reg.profiles:
-            raise UserError(f"'{name}' is a profile (target {reg.profiles[name].target} with its drafter), not a"
-                            f" model: did you mean --profile {name}?")
-        raise UserError(
-            f"unknown model '{name}': use a path to a .gguf file or one of {_list(reg.models)} (see `localspec models`)"
-        )
-    return ResolvedModel(name=entry.name, path=local_path(entry, progress=progress))
-
-
-def _pulled_file(spec: str) -> Path | None:
-    """A file pulled by repo id, named as `localspec models` lists it: ``owner/name/path/in/repo.gguf``."""
-    for r in load_records():
-        if f"{r.get('repo')}/{r.get('file')}" == spec and Path(str(r.get("path"))).is_file():
-            return Path(str(r["path"]))
-    owner, _, rest = spec.partition("/")
-    repo_name, _, file = rest.partition("/")
-    return cached_path(f"{owner}/{repo_name}", file) if owner and repo_name and file else None
 
 
 def default_profile() -> str | None:
@@ -395,7 +315,7 @@ def resolve_profile(name: str) -> Profile:
     reg = load_registry()
     profile = reg.profiles.get(name)
     if profile is None:
-        raise UserError(f"unknown profile '{name}': use one of {_list(reg.profiles)} (see `localspec models`)")
+        raise UserError(f"unknown profile '{name}': use one of {names_list(reg.profiles)} (see `localspec models`)")
     return profile
 
 

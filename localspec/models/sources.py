@@ -8,20 +8,19 @@ itself (packaged parts, the embedded model) in its own models folder, each with 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from localspec.errors import UserError
+from localspec.models.entry import ModelEntry
 from localspec.models.hub_cache import cached_path
 from localspec.models.listing import shard_names
 from localspec.models.parts import pull_parts, verified
 from localspec.models.records import load_records
+from localspec.models.registry import load_registry, names_list
 from localspec.paths import models_dir
-
-if TYPE_CHECKING:
-    from localspec.models.registry import ModelEntry
 
 
 @dataclass(frozen=True)
@@ -109,3 +108,54 @@ def _fetch_from(kind: str, entry: ModelEntry, revision: str | None, progress: bo
     results = [pull_file(entry.repo, part, revision=revision or entry.revision, sha256=entry.sha256,
                          name=entry.name, progress=progress) for part in shard_names(entry.file)]
     return Fetched([r.path for r in results], kind, any(r.downloaded for r in results), sum(r.size for r in results))
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str
+    path: Path
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        os.sep in spec
+        or (os.altsep is not None and os.altsep in spec)
+        or spec.lower().endswith(".gguf")
+        or (Path(spec).exists())
+    )
+
+
+def resolve_model(spec: str | None, *, progress: bool = True) -> ResolvedModel:
+    """Turn ``--model`` (None, a path, or a registry name) into a local GGUF path, or a one-line UserError."""
+    if spec is not None and _looks_like_path(spec):
+        path = Path(spec).expanduser()
+        if path.is_file():
+            return ResolvedModel(name=path.stem, path=path)
+        pulled = _pulled_file(spec)
+        if pulled is None:
+            raise UserError(f"model file not found: {spec} (check the path, or use a name from `localspec models`)")
+        return ResolvedModel(name=spec, path=pulled)
+    reg = load_registry()
+    name = spec if spec is not None else reg.default
+    if spec is None and name in reg.profiles and name not in reg.models:
+        name = reg.profiles[name].target  # `default` may name a profile: use its target
+    entry = reg.models.get(name)
+    if entry is None:
+        if name in reg.profiles:
+            raise UserError(f"'{name}' is a profile (target {reg.profiles[name].target} with its drafter), not a"
+                            f" model: did you mean --profile {name}?")
+        raise UserError(
+            f"unknown model '{name}': use a path to a .gguf file or one of {names_list(reg.models)} "
+            "(see `localspec models`)"
+        )
+    return ResolvedModel(name=entry.name, path=local_path(entry, progress=progress))
+
+
+def _pulled_file(spec: str) -> Path | None:
+    """A file pulled by repo id, named as `localspec models` lists it: ``owner/name/path/in/repo.gguf``."""
+    for r in load_records():
+        if f"{r.get('repo')}/{r.get('file')}" == spec and Path(str(r.get("path"))).is_file():
+            return Path(str(r["path"]))
+    owner, _, rest = spec.partition("/")
+    repo_name, _, file = rest.partition("/")
+    return cached_path(f"{owner}/{repo_name}", file) if owner and repo_name and file else None

@@ -16,11 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from localspec.structured.spec import ConstraintSpec
+from typing import Any
 
 Separators = tuple[str, str]  # (item, key), as json.dumps' ``separators``
 COMPACT: Separators = (",", ":")
@@ -58,14 +54,6 @@ def separators_of(texts: Iterable[str]) -> Separators:
     if item is None or key is None:
         return DEFAULT
     return (SPACED if item else COMPACT)[0], (SPACED if key else COMPACT)[1]
-
-
-def follow_prompt(spec: ConstraintSpec | None, texts: Iterable[str]) -> ConstraintSpec | None:
-    """``spec`` with the separators of the prompt's JSON, where it is a JSON kind (a grammar or a regex says its
-    own spacing); None stays None."""
-    if spec is None or spec.kind not in ("json_schema", "json_object"):
-        return spec
-    return replace(spec, separators=separators_of(texts))
 
 
 def _choice(counts: list[int]) -> bool | None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from localspec.errors import UserError
 from localspec.structured.cache import BoundedCache
-from localspec.structured.json_style import DEFAULT, Separators, json_options
+from localspec.structured.json_style import DEFAULT, Separators, json_options, separators_of
 from localspec.structured.numbers import ANY_OBJECT, bounded
 from localspec.structured.schema_defaults import with_defaults
 
@@ -70,7 +70,7 @@ class ConstraintSpec:
     # the grammar holds only from the first of these in the answer on (text, or a token as "<[id]>"): before it
     # the text is free (a tool call after its trigger, structured/tools.py); () holds the whole answer
     triggers: tuple[str, ...] = ()
-    # how a JSON kind's answer is spaced, (item, key): as the prompt's own JSON (json_style.follow_prompt); a
+    # how a JSON kind's answer is spaced, (item, key): as the prompt's own JSON (follow_prompt); a
     # schema's own "x-guidance" goes over it
     separators: Separators = DEFAULT
 
@@ -120,6 +120,14 @@ class ConstraintSpec:
     def grammar(self) -> str:
         """llguidance's grammar for this spec; ConstraintError (naming where) if it cannot compile."""
         return _compiled(self)
+
+
+def follow_prompt(spec: ConstraintSpec | None, texts: Iterable[str]) -> ConstraintSpec | None:
+    """``spec`` with the separators of the prompt's JSON, where it is a JSON kind (a grammar or a regex says its
+    own spacing); None stays None."""
+    if spec is None or spec.kind not in ("json_schema", "json_object"):
+        return spec
+    return replace(spec, separators=separators_of(texts))
 
 
 def _from_mapping(value: Mapping[str, Any]) -> ConstraintSpec | None:
