@@ -6,7 +6,7 @@ from localspec._native import load_llama_libraries
 
 load_llama_libraries()
 
-__version__ = "0.1.0"
+from localspec._version import __version__ as __version__  # noqa: E402 (after the libraries, as all)
 
 
 def __getattr__(name: str) -> object:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 
 
@@ -17,3 +18,12 @@ def processor_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, a container's cpuset), else the machine's: llama.cpp on more
+    threads than that runs some passes ~100x slower, its threads waiting on each other (docs/performance.md)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)

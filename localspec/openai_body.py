@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from localspec.batch.request import STYLES, Request
 from localspec.engine.chat import Message
 from localspec.errors import UserError
+from localspec.request import STYLES, Request
 from localspec.settings import MODEL_FREE_DRAFTERS, TEMPERATURE_MAX
 from localspec.structured import ConstraintError, ConstraintSpec
 from localspec.structured.tools import ToolUse, read_tools

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from localspec.endpoints import parse_endpoints
 from localspec.errors import UserError
+from localspec.machine import usable_cores
 from localspec.structured.spec import ConstraintSpec
 
 DRAFTERS = ("none", "ngram", "draft", "early-exit", "layer-skip", "auto")
@@ -14,15 +16,6 @@ DRAFTERS = ("none", "ngram", "draft", "early-exit", "layer-skip", "auto")
 # model too, if it has one) and what a replay can draft with (``auto`` is n-gram lookup without a draft model)
 MODEL_FREE_DRAFTERS = ("none", "ngram", "auto")
 TEMPERATURE_MAX = 5.0
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (taskset, a container's cpuset), else the machine's: llama.cpp on more
-    threads than that runs some passes ~100x slower, its threads waiting on each other (docs/performance.md)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +135,6 @@ class SpeculationSettings:
         if self.skip_layers is not None:
             if self.drafter != "layer-skip":
                 raise UserError("--skip-layers is for --drafter layer-skip")
-            from localspec.drafters.layer_skip import parse_blocks
-
             parse_blocks(self.skip_layers)  # its form now, before a model loads; its range once one has
         if not (0.0 <= self.p_min < 1.0):
             raise UserError(f"--p-min must be in [0, 1), got {self.p_min}")
@@ -228,3 +219,17 @@ class Settings:
     def validate(self) -> None:
         for part in (self.runtime, self.speculation, self.sampling, self.generation, self.history):
             part.validate()
+
+
+def parse_blocks(spec: str) -> set[int]:
+    """Block numbers and ranges ("8-19", "4,6-9"), numbered from 0: UserError where it is not that."""
+    skipped: set[int] = set()
+    for part in spec.replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise UserError(f"--skip-layers takes block numbers and ranges like 8-19 or 4,6-9, not {spec!r}")
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        if lo > hi:
+            raise UserError(f"--skip-layers: the range {part} runs backwards")
+        skipped.update(range(lo, hi + 1))
+    return skipped

@@ -17,7 +17,7 @@ import localspec as _localspec  # noqa: F401
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".localspec-home"))
 # run in parallel (pytest-xdist, scripts/test), each worker keeps to a core of its own, and so do the processes it
-# starts: llama.cpp then runs one thread a worker (settings.usable_cores) instead of every worker's threads on every
+# starts: llama.cpp then runs one thread a worker (machine.usable_cores) instead of every worker's threads on every
 # core, which runs some passes ~100x slower
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _worker.startswith("gw") and hasattr(os, "sched_setaffinity"):

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from localspec.engine import Context, Device, Model
+from localspec.machine import usable_cores
 from localspec.models.files import known_sha256
-from localspec.settings import usable_cores
 from localspec.speculative.noise import PROMPTS, load_or_measure_noise
 
 if TYPE_CHECKING:

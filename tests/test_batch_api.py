@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import localspec
-from localspec.batch.request import Request
 from localspec.engine import Model
 from localspec.engine.chat import Message
 from localspec.errors import UserError
+from localspec.request import Request
 from tests.lossless import assert_lossless, margin
 
 

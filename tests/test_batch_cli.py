@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from localspec.batch.files import ResultWriter, done_ids, is_stream, parse_line, read_requests
-from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.cli import app
 from localspec.engine.chat import Message
 from localspec.errors import UserError
+from localspec.request import Request
 from tests.conftest import assert_one_line_error, interruptible
 
 CHAT = {"custom_id": "c", "method": "POST", "url": "/v1/chat/completions",

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec.batch.request import Request
 from localspec.batch.run import run_requests
 from localspec.events import Step
 from localspec.passes import Part
+from localspec.request import Request
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import (
     GenerationSettings,

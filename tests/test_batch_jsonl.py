@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from localspec.batch.files import LineError, ResultWriter, done_ids, read_requests
-from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.events import Stats
+from localspec.request import Request
 
 
 def write_lines(path: Path, rows: list[object]) -> Path:

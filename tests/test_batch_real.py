@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from localspec.batch.request import Request
 from localspec.batch.run import run_requests
 from localspec.engine import Model
 from localspec.engine.chat import Message
 from localspec.engine.lanes import Lanes
 from localspec.passes import Part
+from localspec.request import Request
 from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.jobs import Job

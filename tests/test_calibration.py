@@ -22,6 +22,7 @@ from localspec.engine.backend import describe_device
 from localspec.engine.context import backend_sampling_available
 from localspec.engine.device import device_name
 from localspec.events import Step
+from localspec.machine import usable_cores
 from localspec.models.files import known_sha256
 from localspec.runtime import Runtime
 from localspec.settings import (
@@ -30,7 +31,6 @@ from localspec.settings import (
     SamplingSettings,
     Settings,
     SpeculationSettings,
-    usable_cores,
 )
 from localspec.speculative.calibrate import (
     RETRIES,

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from localspec.batch.request import Request
 from localspec.batch.run import run_requests
 from localspec.cli import app
 from localspec.engine.chat import Message
 from localspec.events import Finished
+from localspec.request import Request
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import GenerationSettings, HistorySettings, RuntimeSettings, Settings, SpeculationSettings
 from localspec.speculative.jobs import Job

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from localspec.batch.request import Request
 from localspec.batch.run import run_requests
 from localspec.events import Finished
+from localspec.request import Request
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import HistorySettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from tests.generation import generated

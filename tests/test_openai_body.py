@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from localspec.batch.files import LineError, parse_line
-from localspec.batch.request import Request
 from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.openai_body import BodyError, parse_body
+from localspec.request import Request
 from localspec.serve.protocol import ApiError, parse
 
 USER = [{"role": "user", "content": "Hi"}]

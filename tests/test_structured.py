@@ -388,8 +388,8 @@ def test_a_draft_models_drafts_under_each_requests_grammar_in_a_batch_are_lossle
                                                                                    model_path: Path) -> None:
     """The draft phase (one draft-model pass a depth for every lane) under each request's own schema: the early-exit
     model at layer 12 of 18, which the target turns down now and then."""
-    from localspec.batch.request import Request
     from localspec.batch.run import run_requests
+    from localspec.request import Request
     from localspec.runtime import BatchRuntime
 
     chosen = list(range(1, len(PAIRS), 6))

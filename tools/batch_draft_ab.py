@@ -36,10 +36,10 @@ def main() -> None:
     args = ap.parse_args()
 
     import localspec  # llama.cpp's libraries before numpy (NOTES.md)
-    from localspec.batch.request import Request
     from localspec.batch.run import run_requests
     from localspec.bench.suite import load_suite
     from localspec.cli.options import build_options
+    from localspec.request import Request
     from localspec.runtime import BatchRuntime
     from localspec.settings import HistorySettings
     from localspec.speculative.jobs import PassStats

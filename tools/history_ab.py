@@ -67,8 +67,8 @@ def one(suite: str, batch: bool, max_tokens: int | None) -> dict:
             steps[half]["host"][1] += max(0.0, stats.decode_seconds - verify - draft)  # type: ignore[attr-defined]
 
     if batch:
-        from localspec.batch.request import Request
         from localspec.batch.run import run_requests
+        from localspec.request import Request
         from localspec.runtime import BatchRuntime
 
         # the scheduler's passes and rows, where the code counts them (not a baseline's that cannot)

@@ -15,10 +15,10 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.openai_body import lone_surrogate
+from localspec.request import Request
 from localspec.runtime import BatchRuntime
 from localspec.settings import (
     GenerationSettings,

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.openai_body import BodyError, loads, lone_surrogate, parse_body
+from localspec.request import Request
 
 ENDPOINTS = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions"}
 # OpenAI's finish reasons are stop and length: a full context is a length, an interrupted answer is not written

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from localspec import faults
-from localspec.batch.request import Request
 from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.events import Event, Finished, Step
 from localspec.openai_body import BodyError
+from localspec.request import Request
 from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings
 from localspec.speculative.jobs import Failed, Job, PassStats

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from localspec.batch.request import Request
 from localspec.batch.run import make_job, run_requests
 from localspec.bench.replay import REPLAYABLE, CostTable, Known, replay_batch
 from localspec.bench.report import Machine
 from localspec.bench.runner import split_variant
 from localspec.bench.suite import Suite
 from localspec.events import Finished
+from localspec.request import Request
 from localspec.runtime import BatchRuntime, Runtime
 from localspec.settings import GenerationSettings, HistorySettings, Settings
 

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from localspec import __version__
+from localspec._version import __version__
 from localspec.errors import UserError
 
 

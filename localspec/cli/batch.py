@@ -21,9 +21,9 @@ from localspec.settings import Settings
 
 if TYPE_CHECKING:
     from localspec.batch.files import ResultWriter
-    from localspec.batch.request import Request
     from localspec.batch.result import Result
     from localspec.bench.replay import CostTable
+    from localspec.request import Request
     from localspec.runtime import BatchRuntime
 
 

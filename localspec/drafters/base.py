@@ -2,7 +2,8 @@
 
 A drafter sees only the accepted token history; it never touches the target's context, and how many tokens it
 drafts is the policy's choice (speculative/policy.py), given as a cap. "No draft" (an empty ``Draft``) is a
-normal answer: the loop then does a plain decoding step.
+normal answer: the loop then does a plain decoding step. A ``Verdict`` is what verification made of a draft
+(speculative/verify.py, and a grammar's own verify in structured/constraint.py).
 """
 
 from __future__ import annotations
@@ -69,3 +70,17 @@ class Drafter(Protocol):
 
     def close(self) -> None:
         """Free what the drafter holds (model contexts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """How many draft tokens survive, and the token the target adds after them (correction or bonus); for a token
+    tree, ``path`` holds the accepted nodes (a chain's are its first ``n_accepted`` tokens)."""
+
+    n_accepted: int
+    token: int
+    path: tuple[int, ...] | None = None
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return self.path if self.path is not None else tuple(range(self.n_accepted))

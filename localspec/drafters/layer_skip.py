@@ -16,7 +16,6 @@ key as it was). Two things the renumbering would silently change are put back he
 from __future__ import annotations
 
 import os
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from localspec.models import gguf_edit
 from localspec.models.files import known_sha256
 from localspec.models.gguf_header import ArrayLength, GGUFHeader, read_header
 from localspec.paths import cache_dir
+from localspec.settings import parse_blocks
 
 # architectures whose sliding-window layers llama.cpp assigns by block index, as (default period, dense first), read
 # from their load_arch_hparams (src/models/*.cpp); a block il is sliding-window when il % period < period - 1
@@ -65,20 +65,6 @@ class Subset:
             raise UserError(f"--skip-layers must name blocks between 1 and {n_layer - 2} (this model has {n_layer}, "
                             f"numbered from 0; the first and last stay), not {spec!r}")
         return cls(n_layer, tuple(sorted(skipped)))
-
-
-def parse_blocks(spec: str) -> set[int]:
-    """Block numbers and ranges ("8-19", "4,6-9"), numbered from 0: UserError where it is not that."""
-    skipped: set[int] = set()
-    for part in spec.replace(" ", "").split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not m:
-            raise UserError(f"--skip-layers takes block numbers and ranges like 8-19 or 4,6-9, not {spec!r}")
-        lo, hi = int(m[1]), int(m[2] or m[1])
-        if lo > hi:
-            raise UserError(f"--skip-layers: the range {part} runs backwards")
-        skipped.update(range(lo, hi + 1))
-    return skipped
 
 
 def default_skip(n_layer: int) -> str:

@@ -35,7 +35,7 @@ from localspec.engine.rpc import no_room
 from localspec.engine.sampler_chain import backend_sampling_available, greedy_chain, stage_name
 from localspec.engine.trees import TreePasses
 from localspec.errors import ContextFullError, RollbackUnsupported
-from localspec.settings import usable_cores
+from localspec.machine import usable_cores
 
 
 class Context(TreePasses):

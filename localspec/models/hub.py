@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from localspec import __version__
+from localspec._version import __version__
 from localspec.errors import ModelLoadError, UserError
 from localspec.models.files import check_free_space, format_size, is_sha256, say, sha256_file
 from localspec.models.gguf_header import check_complete

@@ -19,26 +19,12 @@ Randomness comes from ``rng_at(i)``: a generator for the i-th position of this p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.drafters.base import Verdict
 from localspec.sampling import Distribution, shape
 from localspec.settings import SamplingSettings
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """How many draft tokens survive, and the token the target adds after them (correction or bonus); for a token
-    tree, ``path`` holds the accepted nodes (a chain's are its first ``n_accepted`` tokens)."""
-
-    n_accepted: int
-    token: int
-    path: tuple[int, ...] | None = None
-
-    @property
-    def nodes(self) -> tuple[int, ...]:
-        return self.path if self.path is not None else tuple(range(self.n_accepted))
 
 
 def verify_greedy(draft: Sequence[int], best: Sequence[int]) -> Verdict:

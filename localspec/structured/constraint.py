@@ -29,10 +29,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from localspec.drafters.base import Draft
+from localspec.drafters.base import Draft, Verdict
 from localspec.sampling import Distribution, shape, shape_candidates
 from localspec.settings import SamplingSettings
-from localspec.speculative.verify import Verdict
 
 # the last tokens of a tool call's budget in which it is shut (``close_at``): enough for a string, two braces, the
 # forced names of two missing required parameters with empty values, and the end
