@@ -36,7 +36,8 @@ from localspec.settings import (
     GenerationSettings,
     Settings,
 )
-from localspec.speculative.calibrate import Calibration, Reads, choose_reads, load_or_measure
+from localspec.speculative.calibrate import Reads, choose_reads, load_or_measure
+from localspec.speculative.calibration_cache import Calibration
 from localspec.speculative.costs import PARALLEL_AUTO_MAX, PassCosts, auto_parallel
 from localspec.speculative.draft_phase import DraftPhase, LaneDrafter
 from localspec.speculative.jobs import Job

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 import localspec.runtime
-from localspec.speculative.calibrate import Calibration
+from localspec.speculative.calibration_cache import Calibration
 from localspec.speculative.shape_timing import ShapeTiming
 from localspec.speculative.shapes import Shapes
 

@@ -32,14 +32,8 @@ from localspec.settings import (
     Settings,
     SpeculationSettings,
 )
-from localspec.speculative.calibrate import (
-    RETRIES,
-    Calibration,
-    cache_path,
-    choose_reads,
-    load_or_measure,
-    measure,
-)
+from localspec.speculative.calibrate import RETRIES, choose_reads, load_or_measure, measure
+from localspec.speculative.calibration_cache import Calibration, cache_path
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.shape_timing import load_or_measure_shapes, measure_shapes

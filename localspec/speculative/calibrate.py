@@ -7,147 +7,38 @@ for the first steps of every run. Measuring takes a few seconds; the result is c
 A machine that is busy while it measures (another job, a compile) makes every figure too high, and a cache would
 keep them for good. So the sizes are interleaved over several rounds and a low quantile is kept (noise only adds
 time); the one-token pass is timed at the start and again at the end; on Linux the CPU time other processes used
-meanwhile is read from /proc/stat. A disturbed measurement is kept but marked provisional, said so, and measured
-again at the next start; and the live passes of every run correct the figures (speculative/costs.py) and write
-the lower ones back (``Calibration.improve``), each with how and when it was measured.
+meanwhile is read from /proc/stat (machine.OtherLoad). A disturbed measurement is kept but marked provisional, said
+so, and measured again at the next start; and the live passes of every run correct the figures
+(speculative/costs.py) and write the lower ones back (``Calibration.improve``), each with how and when it was
+measured. The figures' file, and where each kind lives, are speculative/calibration_cache.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
 
-from localspec.engine import Context, Device, library_version
+from localspec.engine import Context, Device
+from localspec.machine import OtherLoad
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
-from localspec.paths import cache_dir
-from localspec.speculative.costs import MIN_PASSES, PassCosts, low_quantile
+from localspec.speculative.calibration_cache import Calibration, cache_path, stamp
+from localspec.speculative.costs import low_quantile
 
 ROUNDS = 5  # interleaved rounds over every size, after one that warms caches and allocates graphs
-_METHOD = "q5"  # in the cache file's name: figures measured another way are not reused
 _SINGLES = 8  # one-token passes timed at the start and at the end
 _BUSY_CORES = 0.5  # other processes using this many cores meanwhile make a measurement provisional
 _DRIFT = 1.25  # a one-token pass this much slower or faster at the end than at the start: the machine changed
 _SPREAD = 1.3  # the median round this much slower than the fastest, typically: passes were disturbed
 RETRIES = 3  # a provisional calibration is measured again at the next start, this many times in all
-_IMPROVES = 0.95  # a live figure replaces a stored one when it is at least 5% lower
 
 
 Progress = Callable[[int, int], None]  # (passes done, passes in all)
-
-
-@dataclass
-class Calibration:
-    """Seconds per target pass by tokens in the pass, for one model on one device setting, with how and when each
-    figure was measured, and whether the machine was quiet enough to trust them."""
-
-    seconds: dict[int, float]
-    measured: dict[int, str]  # size → how and when ("calibration, 2nd lowest of 5 rounds, 2026-11-23 20:31")
-    device: str
-    provisional: str = ""  # why the figures may be too high ("": measured on a quiet machine)
-    attempts: int = 1  # measurements so far that came out provisional, plus one
-    path: Path | None = field(default=None, compare=False)
-    # the figures as the last measurement took them, which live passes never change (``improve`` leaves them): a
-    # seeded sampled request prices on these, so its pass sizes do not follow what earlier runs wrote back
-    as_measured: dict[int, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.as_measured:  # a file written before they were kept: its figures as read stand for them
-            self.as_measured = dict(self.seconds)
-
-    def to_json(self) -> str:
-        return json.dumps({
-            "format": 2, "device": self.device, "provisional": self.provisional, "attempts": self.attempts,
-            "seconds_by_batch": {str(n): s for n, s in sorted(self.seconds.items())},
-            "measured": {str(n): m for n, m in sorted(self.measured.items())},
-            "as_measured_by_batch": {str(n): s for n, s in sorted(self.as_measured.items())},
-        }, indent=1)
-
-    @classmethod
-    def read(cls, path: Path) -> Calibration | None:
-        """The calibration cached at ``path``; None if there is none or it cannot be read (it is measured anew)."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            seconds = {int(n): float(s) for n, s in data["seconds_by_batch"].items()}
-            measured = {int(n): str(m) for n, m in data.get("measured", {}).items()}
-            as_measured = {int(n): float(s) for n, s in data.get("as_measured_by_batch", {}).items()}
-            if not seconds or sorted(seconds) != list(range(1, len(seconds) + 1)) or min(seconds.values()) <= 0:
-                return None  # damaged: measured anew
-            if as_measured and (sorted(as_measured) != sorted(seconds) or min(as_measured.values()) <= 0):
-                as_measured = {}  # damaged: the figures as read stand for them
-            return cls(seconds, measured, str(data.get("device", "")), str(data.get("provisional", "")),
-                       int(data.get("attempts", 1)), path, as_measured)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
-
-    def save(self) -> bool:
-        """Write the file; False if it cannot be written (the figures still serve this run)."""
-        if self.path is None:
-            return False
-        try:
-            atomic_write_text(self.path, self.to_json())
-        except OSError:
-            return False
-        return True
-
-    def improve(self, costs: PassCosts) -> list[int]:
-        """Take what live passes proved: a size's own figure where it is clearly lower than the stored one (a live
-        pass costs at least the bare pass), and, where the live level says every pass runs faster than calibrated,
-        the stored figure at that level for the sizes no pass used (else, next time, the sizes written back would
-        set the level at 1 again and the rest would look as dear as before). Returns the sizes changed."""
-        when, level, live = _now(), costs.level(), costs.live()
-        changed = []
-        for n, stored in self.seconds.items():
-            seconds, passes = live.get(n, (0.0, 0))
-            if passes >= MIN_PASSES:
-                how = f"live, 25th percentile of {passes} passes, {when}"
-            else:
-                seconds, how = stored * level, f"{self.measured.get(n, 'calibration')}; × {level:.2f} live, {when}"
-            if seconds < stored * _IMPROVES:
-                self.seconds[n], self.measured[n] = seconds, how
-                changed.append(n)
-        return changed
-
-
-def cache_path(model_hash: str, device: Device, n_max: int, what: str) -> Path:
-    """Where the figures of ``what`` ("argmax", "logits", either + "-steady"; "reads"; "shapes") for passes of up to
-    ``n_max`` tokens of this model on ``device`` are cached. Keep the names as they are: a new localspec finds the
-    figures a user's machine measured before (a new llama-cpp-python, whose version is in them, measures anew)."""
-    # passes that return token ids (backend sampling) and passes that return logits cost differently; the device is
-    # in the name because the CPU behind a machine can change from one day to the next
-    slug = re.sub(r"[^a-z0-9]+", "-", device.name.lower()).strip("-")[:48] or "unknown"
-    name = (f"{model_hash[:16]}-{slug}-t{device.threads}-g{device.gpu_layers}-n{n_max}-{library_version()}-{_METHOD}"
-            f"-{what}.json")
-    return cache_dir() / "calibration" / name
-
-
-class _Cacheable(Protocol):
-    def to_json(self) -> str: ...
-
-
-C = TypeVar("C", bound=_Cacheable)
-
-
-def cached(path: Path, read: Callable[[Path], C | None], measure: Callable[[], C], what: str, *, again: bool = False,
-           say: Callable[[str], None] | None = None) -> C:
-    """The figures cached at ``path`` (``read``: None where there are none or they cannot be used), or measured now,
-    saying ``what`` is measured, and cached (a cache that cannot be written costs only the next run's measurement)."""
-    found = None if again else read(path)
-    if found is None:
-        (say or to_stderr)(what)
-        found = measure()
-        with contextlib.suppress(OSError):
-            atomic_write_text(path, found.to_json())
-    return found
 
 
 @dataclass
@@ -182,7 +73,7 @@ def choose_reads(
     if reads is None:
         (say or to_stderr)("timing how this device reads a pass back (token ids or logits), once")
         ctx.use_backend_sampler(True)
-        load = _OtherLoad()
+        load = OtherLoad()
         reads = _time_reads(ctx, n_max, rounds, cancelled, steady=device.graphs)
         others = load.cores()
         # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
@@ -219,7 +110,7 @@ def _time_reads(ctx: Context, n_max: int, rounds: int, cancelled: Callable[[], b
                     samples[how][n].append(timed_pass(ctx, tokens[:n], how == "ids", cancelled, warm=2 * steady))
     seconds = {how: {n: low_quantile(ts) for n, ts in by_n.items()} for how, by_n in samples.items()}
     ids = sum(seconds["ids"].values()) <= sum(seconds["logits"].values())
-    return Reads(ids, seconds, f"timed {_now()}")
+    return Reads(ids, seconds, f"timed {stamp()}")
 
 
 def load_or_measure(
@@ -283,7 +174,7 @@ def measure(
 
     with timing_history(ctx, n_max) as tokens:
         timed(1)  # the first pass allocates the graph
-        load = _OtherLoad()
+        load = OtherLoad()
         first = [timed(1) for _ in range(_SINGLES)]
         if say is not None:
             # a pass of n tokens costs between one and n single passes; a third of the way is typical on CPU
@@ -301,7 +192,7 @@ def measure(
         last = [timed(1) for _ in range(_SINGLES)]
         others = load.cores()
     seconds = {n: low_quantile(s) for n, s in samples.items()}
-    when = _now()
+    when = stamp()
     how = f"calibration, 25th percentile of {rounds} interleaved rounds{', each size steady' if steady else ''}, {when}"
     return Calibration(seconds, dict.fromkeys(seconds, how), device,
                        _disturbed(others, first, last, samples))
@@ -357,48 +248,3 @@ def _disturbed(others: float | None, first: list[float], last: list[float], samp
     return ""
 
 
-class _OtherLoad:
-    """The CPU time other processes use from now on, in cores (Linux: /proc/stat; None where it cannot tell)."""
-
-    def __init__(self) -> None:
-        self._start = (time.monotonic(), _system_busy(), _own_cpu())
-
-    def cores(self) -> float | None:
-        wall0, busy0, own0 = self._start
-        busy1 = _system_busy()
-        if busy0 is None or busy1 is None:
-            return None
-        wall = time.monotonic() - wall0
-        return max(0.0, (busy1 - busy0) - (_own_cpu() - own0)) / wall if wall > 0 else None
-
-
-def _system_busy() -> float | None:
-    """CPU seconds every process has used since boot on the cores this process may run on (another process pinned
-    to other cores does not slow it), steal time (the hypervisor's other guests) included."""
-    try:
-        mine = {f"cpu{n}" for n in os.sched_getaffinity(0)}
-    except AttributeError:  # not Linux: the machine's total line
-        mine = None
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            lines = [line.split() for line in f if line.startswith("cpu")]
-    except OSError:
-        return None
-    rows = [line for line in lines[1:] if line[0] in mine] if mine else lines[:1]
-    try:
-        total = 0
-        for row in rows or lines[:1]:
-            user, nice, system, _idle, _iowait, irq, softirq, steal = ([int(x) for x in row[1:]] + [0] * 8)[:8]
-            total += user + nice + system + irq + softirq + steal
-    except ValueError:
-        return None
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def _now() -> str:
-    return datetime.now().strftime("%Y-%m-%d %H:%M")

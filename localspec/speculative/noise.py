@@ -25,7 +25,7 @@ import numpy as np
 
 from localspec.engine import Context
 from localspec.engine.device import Device
-from localspec.speculative.calibrate import cache_path, cached
+from localspec.speculative.calibration_cache import cache_path, cached
 
 # the margin measured on a CPU (Gemma 3 270M Q4_K_M, 2 threads; NOTES.md "Numerics"): what a check uses where this
 # device's own was not measured

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from localspec.engine import Context, Device
-from localspec.speculative.calibrate import cache_path, cached, timed_pass, timing_history
+from localspec.speculative.calibrate import timed_pass, timing_history
+from localspec.speculative.calibration_cache import cache_path, cached
 from localspec.speculative.costs import low_quantile
 from localspec.speculative.shapes import Shapes
 
