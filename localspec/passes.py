@@ -20,3 +20,10 @@ class Part:
     lane: int
     tokens: Sequence[int]
     want: str | None = "ids"
+
+
+def reads_ids(greedy: bool, constrained: bool) -> bool:
+    """Whether a sequence's rows come back as token ids (no logits copied): greedy, and under no grammar, which may
+    need a greedy row's logits (its argmax forbidden). The one rule for a lane (engine/lanes.py) and its generator
+    (speculative/loop.py)."""
+    return greedy and not constrained

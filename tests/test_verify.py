@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from localspec.drafters.base import Verdict
 from localspec.sampling import Distribution, shape
 from localspec.settings import SamplingSettings
-from localspec.speculative.verify import Verdict, accept_or_resample, residual, verify_greedy
+from localspec.speculative.verify import accept_or_resample, residual, verify_greedy
 from tests.stats_helpers import chi_square, chi_square_critical
 
 V = 12

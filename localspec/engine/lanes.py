@@ -19,7 +19,7 @@ import numpy as np
 
 from localspec.engine.context import Context
 from localspec.engine.model import Model
-from localspec.passes import Outputs, Part
+from localspec.passes import Outputs, Part, reads_ids
 from localspec.settings import GenerationSettings, SamplingSettings
 
 
@@ -95,8 +95,7 @@ class Lanes:
     def begin(self, lane: int, job: _Job) -> None:
         """``job`` starts on ``lane``: a greedy job's rows come back as token ids (backend-sampled where this build
         can), a sampling one's as logits."""
-        # a grammar may need a greedy row's logits (its argmax forbidden): such a lane reads logits too
-        greedy = job.sampling.greedy and job.settings.constraint is None
+        greedy = reads_ids(job.sampling.greedy, job.settings.constraint is not None)
         self.lanes[lane].greedy = greedy
         if self.context.backend_sampling:
             self.context.set_backend_greedy(lane, greedy)

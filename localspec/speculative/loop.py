@@ -14,16 +14,16 @@ from typing import Protocol
 
 import numpy as np
 
-from localspec.drafters.base import Draft, Drafter
+from localspec.drafters.base import Draft, Drafter, Verdict
 from localspec.errors import ContextFullError, RollbackUnsupported, UserError
 from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
-from localspec.passes import Outputs
+from localspec.passes import Outputs, reads_ids
 from localspec.sampling import PositionalDraws, shape
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.text import TextStream
 from localspec.speculative.tree import TokenTree
-from localspec.speculative.verify import Verdict, verify_greedy, verify_sampled
+from localspec.speculative.verify import verify_greedy, verify_sampled
 from localspec.structured.constraint import Constraint, closing_room
 from localspec.structured.grammars import Grammars
 from localspec.tokens import common_prefix
@@ -162,7 +162,7 @@ class Generator:
     @property
     def wants_ids(self) -> bool:
         """Whether a pass's rows may come back as token ids: greedy, and no grammar that may need a row's logits."""
-        return self.sampling.greedy and self.constraint is None
+        return reads_ids(self.sampling.greedy, self.constraint is not None)
 
     def _decode(self, plan: Plan) -> Outputs:
         """The pass: token ids when greedy (no logits copied), else logits, for every row."""
