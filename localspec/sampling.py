@@ -63,12 +63,14 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 def shape(row: np.ndarray, s: SamplingSettings) -> Distribution:
     """The distribution a sampler with settings ``s`` draws from, given one logits row."""
-    n = row.shape[0]
-    if 0 < s.top_k < n:
-        ids = np.argpartition(row, n - s.top_k)[n - s.top_k :]
-    else:
-        ids = np.arange(n)
+    ids = top_k(row, s.top_k) if 0 < s.top_k < row.shape[0] else np.arange(row.shape[0])
     return shape_candidates(ids, row[ids], s)
+
+
+def top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the ``k`` largest of ``values`` (0 < k <= len), in no order: the one top-k, for a whole row
+    (``shape``) and for a grammar's allowed tokens (structured/constraint.py)."""
+    return np.argpartition(values, len(values) - k)[len(values) - k :]
 
 
 def shape_candidates(ids: np.ndarray, logits: np.ndarray, s: SamplingSettings) -> Distribution:
@@ -79,7 +81,7 @@ def shape_candidates(ids: np.ndarray, logits: np.ndarray, s: SamplingSettings) -
     if s.top_p < 1.0:
         probs = _softmax(logits)
         m = min(_NUCLEUS_PROBE, len(probs))
-        head = np.argpartition(probs, len(probs) - m)[len(probs) - m :] if m < len(probs) else np.arange(m)
+        head = top_k(probs, m) if m < len(probs) else np.arange(m)
         if probs[head].sum() < s.top_p:
             head = np.arange(len(probs))
         head = head[np.argsort(-probs[head], kind="stable")]

@@ -30,7 +30,7 @@ from dataclasses import replace
 import numpy as np
 
 from localspec.drafters.base import Draft, Verdict
-from localspec.sampling import Distribution, shape, shape_candidates
+from localspec.sampling import Distribution, shape, shape_candidates, top_k
 from localspec.settings import SamplingSettings
 
 # the last tokens of a tool call's budget in which it is shut (``close_at``): enough for a string, two braces, the
@@ -221,14 +221,14 @@ class Constraint:
         n = row.shape[0]
         if 0 < s.top_k < n:
             m = min(n, max(4 * s.top_k, _CANDIDATES_MIN))
-            candidates = np.argpartition(row, n - m)[n - m:]  # what plain top-k pays too
+            candidates = top_k(row, m)  # what plain top-k pays too
             t0 = time.perf_counter()
             self._fill_mask()
             ok = self._bits(candidates)
             self.seconds += time.perf_counter() - t0
             if int(ok.sum()) >= s.top_k:  # the k best allowed tokens are among these: exact
                 ids = candidates[ok]
-                ids = ids[np.argpartition(row[ids], len(ids) - s.top_k)[len(ids) - s.top_k:]]
+                ids = ids[top_k(row[ids], s.top_k)]
                 return shape_candidates(ids, row[ids], s)
         t0 = time.perf_counter()
         ids = self._expand() if 0 < s.top_k < n else self._allowed_ids()  # top-k filled the mask already
@@ -236,7 +236,7 @@ class Constraint:
         if not len(ids):
             return Distribution.one_hot(self._stuck())
         if 0 < s.top_k < len(ids):
-            ids = ids[np.argpartition(row[ids], len(ids) - s.top_k)[len(ids) - s.top_k:]]
+            ids = ids[top_k(row[ids], s.top_k)]
         return shape_candidates(ids, row[ids], s)
 
     def _bits(self, ids: np.ndarray) -> np.ndarray:
