@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -12,3 +13,18 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def longest_held(lanes: Any, me: int, tokens: Sequence[int], scope: str | None,
+                 among: int | None = None) -> tuple[int, int]:
+    """The one prefix search over (scope, tokens), for the scheduler's lanes and the draft phase's: the lane other
+    than ``me``, of the first ``among`` (all where None), that holds the longest start of ``tokens`` in its cache and
+    belongs to ``scope`` (a prefix is never shared across scopes; a lane without one has None). Returns (its length,
+    that lane) where it holds more than ``me`` does, else (what ``me`` holds, -1)."""
+    best, source = len(lanes[me].tokens), -1
+    for other in range(len(lanes) if among is None else among):
+        if other != me and getattr(lanes[other], "scope", None) == scope:
+            n = common_prefix(lanes[other].tokens, tokens)
+            if n > best:
+                best, source = n, other
+    return best, source

@@ -25,7 +25,7 @@ from localspec.drafters.base import Draft
 from localspec.passes import Outputs, Part
 from localspec.sampling import Distribution, pick
 from localspec.settings import SamplingSettings
-from localspec.tokens import common_prefix
+from localspec.tokens import common_prefix, longest_held
 
 # a catch-up at least this long (a prompt) first looks for a draft lane of the same scope that holds it already
 SHARE_FROM = 16
@@ -189,12 +189,7 @@ class DraftPhase:
         """Copy the longest start of ``prefix`` that another draft lane of the same scope holds, where it is more
         than the lane's own."""
         lane = self.lanes[lane_id]
-        best, source = len(lane.tokens), -1
-        for other in range(len(self.lanes)):
-            if other != lane_id and self.lanes[other].scope == lane.scope:
-                n = common_prefix(self.lanes[other].tokens, prefix)
-                if n > best:
-                    best, source = n, other
+        best, source = longest_held(self.lanes, lane_id, prefix, lane.scope)
         if source >= 0:
             scope = lane.scope
             self.lanes.share(source, lane_id, best)

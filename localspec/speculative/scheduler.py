@@ -34,7 +34,7 @@ from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.loop import Generator, Plan, Run, Target
 from localspec.speculative.shapes import STEADY, Shapes, Warmup
 from localspec.speculative.text import TextStream
-from localspec.tokens import common_prefix
+from localspec.tokens import common_prefix, longest_held
 
 # Prompt tokens a pass takes while other sequences decode. Measured on this 2-core CPU (Gemma 3 270M, a prompt fed
 # after 100 cached tokens): 32 tokens prefill at 2.6x the speed of one at a time, 93% of the best any size reaches
@@ -433,13 +433,7 @@ class Scheduler:
         """Copy the longest start of ``f``'s prompt that another lane holds, running or idle (what a finished
         conversation left), if it is more than ``f``'s own lane holds."""
         lane = self.lanes[f.lane]
-        target = f.cached_target
-        best, source = len(lane.tokens), -1
-        for other in range(self.parallel):
-            if other != f.lane:
-                n = self._reusable(other, f.job, target)
-                if n > best:
-                    best, source = n, other
+        best, source = longest_held(self.lanes, f.lane, f.cached_target, f.job.scope, self.parallel)
         if source >= 0:
             self.stats.shared_prefix_tokens += best - len(lane.tokens)
             f.reused = best
