@@ -23,8 +23,13 @@ def longest_held(lanes: Any, me: int, tokens: Sequence[int], scope: str | None,
     that lane) where it holds more than ``me`` does, else (what ``me`` holds, -1)."""
     best, source = len(lanes[me].tokens), -1
     for other in range(len(lanes) if among is None else among):
-        if other != me and getattr(lanes[other], "scope", None) == scope:
-            n = common_prefix(lanes[other].tokens, tokens)
-            if n > best:
-                best, source = n, other
+        n = held(lanes[other], tokens, scope) if other != me else 0
+        if n > best:
+            best, source = n, other
     return best, source
+
+
+def held(lane: Any, tokens: Sequence[int], scope: str | None) -> int:
+    """How much of ``tokens`` a request of ``scope`` may take from ``lane``'s cache: its common start, nothing across
+    scopes (a lane's scope is its own, set when a job starts on it; a lane without one has None)."""
+    return common_prefix(lane.tokens, tokens) if getattr(lane, "scope", None) == scope else 0

@@ -34,7 +34,7 @@ from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.loop import Generator, Plan, Run, Target
 from localspec.speculative.shapes import STEADY, Shapes, Warmup
 from localspec.speculative.text import TextStream
-from localspec.tokens import common_prefix, longest_held
+from localspec.tokens import common_prefix, held, longest_held
 
 # Prompt tokens a pass takes while other sequences decode. Measured on this 2-core CPU (Gemma 3 270M, a prompt fed
 # after 100 cached tokens): 32 tokens prefill at 2.6x the speed of one at a time, 93% of the best any size reaches
@@ -209,9 +209,7 @@ class Scheduler:
         the lane's own (``scope``, set when a job starts on it), not this scheduler's: a server that builds a new
         scheduler over the same lanes (after a failed pass) must not hand one key's cached prefix to another. A
         lane whose scope is unknown shares nothing."""
-        if getattr(self.lanes[lane], "scope", None) != job.scope:
-            return 0
-        return common_prefix(self.lanes[lane].tokens, tokens)
+        return held(self.lanes[lane], tokens, job.scope)
 
     def _problem(self, job: Job) -> str | None:
         n, room = len(job.prompt), self.lanes.n_ctx
