@@ -121,7 +121,7 @@ class Runtime(Prompts):
             drafters = open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled,
                                       say, drafts_from(view, sampling))
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
-            grammars = generator.grammars = Grammars(target.vocab, say)
+            grammars = generator.grammars = Grammars(target.vocab, say, target.path)
             if view is not None:
                 generator.on_end = view.feed
             rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
@@ -281,7 +281,7 @@ class BatchRuntime(Prompts):
     drafts: DraftPhase | None = None  # the draft model's lanes, where the runtime drafts with one
 
     def __post_init__(self) -> None:
-        self.grammars = Grammars(self.model.vocab, self.say)
+        self.grammars = Grammars(self.model.vocab, self.say, self.model.path)
 
     @classmethod
     def open(

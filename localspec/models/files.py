@@ -107,11 +107,16 @@ def write_sidecar(sidecar: Path, target: Path, sha: str) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write a small file so that readers see the old or the new text, never half of it."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a small file so that readers see the old or the new bytes, never half of them."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:

@@ -1,8 +1,9 @@
 """A model's grammars: llguidance's tokenizer, built once from the model's vocabulary, and each request's
 ``Constraint`` from its spec.
 
-Building the tokenizer reads every token's bytes through llama.cpp (1.6-1.9 s for a 262k vocabulary), so it waits
-for the first constrained request, and the model keeps it: it calls back into the model's vocabulary, so it must
+Building the tokenizer takes every token's bytes (read through llama.cpp once per model, then from a file:
+structured/pieces.py) and llguidance's own tables (~1.5 s for a 262k vocabulary), so it waits for the first
+constrained request, and the model keeps it: it calls back into the model's vocabulary, so it must
 not outlive the model (one ``Grammars`` per open model, dropped with it).
 
 A request's matcher is compiled at admission (``compile``), with the tokenizer and under ``LIMITS``, in the
@@ -17,6 +18,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
@@ -26,6 +28,7 @@ from localspec.errors import STOPPING
 from localspec.structured.cache import BoundedCache
 from localspec.structured.constraint import Constraint
 from localspec.structured.json_style import DEFAULT, Separators
+from localspec.structured.pieces import pieces
 from localspec.structured.spec import ConstraintError, ConstraintSpec
 
 # llguidance's bounds on what one grammar may cost (its LLParserLimits): the grammar's size, the lexer's work to
@@ -40,10 +43,12 @@ if TYPE_CHECKING:
 
 
 class Grammars:
-    """Constraints for one model's vocabulary; ``say``: told once, when the tokenizer is built (it takes seconds)."""
+    """Constraints for one model's vocabulary; ``say``: told once, when the tokenizer is built (it takes seconds);
+    ``model``: the GGUF the vocabulary came from, whose pieces are kept on disk (structured/pieces.py)."""
 
-    def __init__(self, vocab: Vocab, say: Callable[[str], None] | None = None) -> None:
+    def __init__(self, vocab: Vocab, say: Callable[[str], None] | None = None, model: Path | None = None) -> None:
         self.vocab = vocab
+        self.model = model
         self.say = say
         self._tokenizer: object | None = None
         self._tokenizer_lock = threading.Lock()
@@ -110,7 +115,7 @@ class Grammars:
         with self._tokenizer_lock:  # two first requests at once build it once
             if self._tokenizer is None:
                 t0 = time.perf_counter()
-                self._tokenizer, self._eog, self._closers = _tokenizer(self.vocab)
+                self._tokenizer, self._eog, self._closers = _tokenizer(self.vocab, self.model)
                 self.tokenizer_seconds = time.perf_counter() - t0
                 if self.say is not None:
                     self.say(f"structured output: read the model's {self.vocab.n_tokens:,}-token vocabulary for "
@@ -118,7 +123,7 @@ class Grammars:
         return self._tokenizer
 
 
-def _tokenizer(vocab: Vocab) -> tuple[object, frozenset[int], np.ndarray]:
+def _tokenizer(vocab: Vocab, model: Path | None) -> tuple[object, frozenset[int], np.ndarray]:
     """llguidance's tokenizer over llama.cpp's vocabulary (as llguidance.llamacpp builds it, with the attribute
     call llama.cpp has not deprecated), the tokens that end a generation: every one of them ends a constrained
     answer (Gemma's <end_of_turn> as well as its EOS), and the tokens that shut JSON: those made only of quotes,
@@ -127,29 +132,13 @@ def _tokenizer(vocab: Vocab) -> tuple[object, frozenset[int], np.ndarray]:
 
     from llguidance import LLTokenizer
 
-    handle, n = vocab.handle, vocab.n_tokens
-    size = 16 * 1024
-    buffer = ctypes.create_string_buffer(size + 1)
-    special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
-    user = llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
-    tokens: list[bytes] = []
-    eog: list[int] = []
-    for token in range(n):
-        length = llama_cpp.llama_token_to_piece(handle, token, buffer, size, 0, True)
-        piece = bytes(buffer[:max(0, length)])
-        attr = llama_cpp.llama_vocab_get_attr(handle, token)
-        # control tokens (and user-defined ones that look like them) are marked, so that no string matches them
-        if attr & special or (attr & user and piece.startswith(b"<") and piece.endswith(b">")):
-            piece = b"\xff" + piece
-        tokens.append(piece)
-        if llama_cpp.llama_vocab_is_eog(handle, token):
-            eog.append(token)
+    read = pieces(vocab, model)
     tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-    ends = eog or [vocab.eos]
-    closers = np.array([t for t, p in enumerate(tokens) if (p and not p.strip(b'"}]')) or p in (b",", b", ")],
+    ends = read.eog or [vocab.eos]
+    closers = np.array([t for t, p in enumerate(read.pieces) if (p and not p.strip(b'"}]')) or p in (b",", b", ")],
                        dtype=np.int64)
-    return LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=handle, tokenize_fptr=tokenize, eos_token=ends,
-                                     slices=None), frozenset(ends), closers
+    return LLTokenizer.from_llamacpp(tokens=read.pieces, vocab_ptr=vocab.handle, tokenize_fptr=tokenize,
+                                     eos_token=ends, slices=None), frozenset(ends), closers
 
 
 def _in_order(value: Any, schema: Any) -> Any:
