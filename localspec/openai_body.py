@@ -20,8 +20,8 @@ from typing import Any, Literal
 from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.request import STYLES, Request
+from localspec.schema import ConstraintError, ConstraintSpec
 from localspec.settings import MODEL_FREE_DRAFTERS, TEMPERATURE_MAX
-from localspec.structured import ConstraintError, ConstraintSpec
 from localspec.structured.tools import ToolUse, read_tools
 
 Kind = Literal["chat", "completion"]

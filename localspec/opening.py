@@ -22,11 +22,11 @@ from localspec.history import History, HistoryView
 from localspec.models.files import known_sha256
 from localspec.models.files import say as to_stderr
 from localspec.sampling import make_rng
+from localspec.schema import ConstraintSpec
 from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.calibrate import load_or_measure
 from localspec.speculative.draft_phase import DraftPhase
 from localspec.speculative.policy import DraftPolicy
-from localspec.structured import ConstraintSpec
 from localspec.structured.grammars import Grammars
 from localspec.structured.tool_prompt import tool_calls, tool_prompt
 from localspec.structured.tools import Calls, ToolUse

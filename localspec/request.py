@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localspec.engine.chat import Message
-from localspec.structured import ConstraintSpec
+from localspec.schema import ConstraintSpec
 from localspec.structured.tools import ToolUse
 
 # how a result is written back: as the line came (plain), or as OpenAI Batch API output for either endpoint

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from localspec.endpoints import parse_endpoints
 from localspec.errors import UserError
 from localspec.machine import usable_cores
-from localspec.structured.spec import ConstraintSpec
+from localspec.schema.spec import ConstraintSpec
 
 DRAFTERS = ("none", "ngram", "draft", "early-exit", "layer-skip", "auto")
 # those that need no model of their own: what a request to a server may ask for (``auto`` takes the server's draft

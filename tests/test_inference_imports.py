@@ -2,7 +2,7 @@
 
 Loading a model must not import huggingface_hub (slow, and the network code has no business there), and the
 layout should say so: runtime.py, engine/, speculative/ and drafters/ import only models.files (paths, hashes),
-models.registry (names) and models.gguf_header (reading a header).
+models.registry (names) and gguf (reading and editing a header).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ PACKAGE = ROOT / "localspec"
 INFERENCE = sorted(
     [PACKAGE / "runtime.py", *(p for d in ("engine", "speculative", "drafters") for p in (PACKAGE / d).rglob("*.py"))]
 )
-# gguf_edit: writing a GGUF's header (layer-skip drafts), on disk only
-ALLOWED = {"localspec.models.files", "localspec.models.registry", "localspec.models.gguf_header",
-           "localspec.models.gguf_edit"}
+# gguf.edit: writing a GGUF's header (layer-skip drafts), on disk only
+ALLOWED = {"localspec.models.files", "localspec.models.registry", "localspec.gguf.header",
+           "localspec.gguf.edit"}
 
 
 def _imported(tree: ast.AST) -> set[str]:
@@ -66,7 +66,7 @@ def test_the_check_sees_each_way_to_the_downloader(source: str) -> None:
 def test_the_check_lets_paths_hashes_and_names_through() -> None:
     ok = ("from localspec.models.files import known_sha256\n"
           "from localspec.models import registry\n"
-          "import localspec.models.gguf_header\n")
+          "import localspec.gguf.header\n")
     assert not _forbidden(ast.parse(ok))
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from localspec.events import Finished, Step
+from localspec.schema.cache import BoundedCache
+from localspec.schema.spec import ConstraintError, ConstraintSpec, capped_json
 from localspec.settings import GenerationSettings, SamplingSettings
 from localspec.speculative.jobs import Failed, Job
-from localspec.structured.cache import BoundedCache
-from localspec.structured.spec import ConstraintError, ConstraintSpec, capped_json
 from tests.conftest import localspec
 from tests.test_scheduler_toy import PROMPTS, alone, batch
 from tests.test_serve import Server, start

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from localspec.runtime import Runtime
+from localspec.schema import ConstraintSpec
+from localspec.schema.json_style import COMPACT, DEFAULT, SPACED, json_options, separators_of
+from localspec.schema.numbers import FRACTION_STEP, INTEGER_BOUND, bounded
+from localspec.schema.spec import follow_prompt
 from localspec.settings import HistorySettings, RuntimeSettings, Settings, SpeculationSettings
-from localspec.structured import ConstraintSpec
-from localspec.structured.json_style import COMPACT, DEFAULT, SPACED, json_options, separators_of
-from localspec.structured.numbers import FRACTION_STEP, INTEGER_BOUND, bounded
-from localspec.structured.spec import follow_prompt
 
 # -- the prompt's separators, without a model --
 

@@ -17,8 +17,8 @@ from localspec.engine import Context, Model
 from localspec.engine.backend import init_backend
 from localspec.engine.rewrite import copy_model
 from localspec.events import Step
-from localspec.models import gguf_edit
-from localspec.models.gguf_header import read_header
+from localspec.gguf import edit as gguf_edit
+from localspec.gguf.header import read_header
 from localspec.runtime import Runtime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from tests.conftest import assert_one_line_error, localspec

@@ -10,10 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # bottom to top; a module's floor is that of the longest name here that it starts with
 FLOORS: list[tuple[str, ...]] = [
-    ("_version", "_native", "errors", "tokens", "passes", "machine", "faults", "worker", "paths", "endpoints"),
+    ("_version", "_native", "errors", "tokens", "passes", "machine", "faults", "worker", "paths", "endpoints",
+     "gguf"),
     # what a request asks for its answer: plain data, checked without a model
-    ("structured.spec", "structured.json_style", "structured.numbers", "structured.schema_defaults",
-     "structured.cache"),
+    ("schema",),
     ("settings", "events"),
     ("sampling", "models", "history"),
     ("engine",),
@@ -78,7 +78,7 @@ def test_the_check_sees_a_climb_of_each_kind(tmp_path: Path) -> None:
     # the floors as the test reads them, on modules it knows: a sampler importing the scheduler climbs, and so would
     # a function-level import and a type-checking one (ast sees all of them)
     assert floor_of("localspec.sampling") < floor_of("localspec.speculative.scheduler")
-    assert floor_of("localspec.structured.spec") < floor_of("localspec.settings") < floor_of("localspec.structured")
+    assert floor_of("localspec.schema.spec") < floor_of("localspec.settings") < floor_of("localspec.structured")
     assert floor_of("localspec") == floor_of("localspec.cli.run") == len(FLOORS) - 1
     source = tmp_path / "probe.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from localspec.runtime import Runtime\n"

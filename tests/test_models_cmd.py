@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from localspec.cli import app
 from localspec.errors import ModelLoadError
+from localspec.gguf.header import check_complete, is_gguf, read_header
 from localspec.models import hub
-from localspec.models.gguf_header import check_complete, is_gguf, read_header
 from tests.conftest import assert_one_line_error
 from tests.hub_server import HubServer, make_gguf
 
@@ -127,7 +127,7 @@ def test_loading_a_good_model_never_parses_its_header(model_path: Path) -> None:
     import subprocess
     import sys
 
-    probe = ("import localspec.models.gguf_header as g\n"
+    probe = ("import localspec.gguf.header as g\n"
              "def refuse(*a, **k): raise SystemExit('parsed the header')\n"
              "g.read_header = g.check_complete = refuse\n"
              "from localspec.engine import Model\n"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from localspec.engine import Model
+from localspec.schema.spec import ConstraintSpec
 from localspec.structured import pieces as P
 from localspec.structured.grammars import Grammars
-from localspec.structured.spec import ConstraintSpec
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Where a schema says nothing, it means what llama.cpp's grammar makes of it: an object that lists its properties
-takes no others (structured/schema_defaults.py), in the grammar an answer is held to and in the check of a call."""
+takes no others (schema/defaults.py), in the grammar an answer is held to and in the check of a call."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from localspec.engine import Model
+from localspec.schema.defaults import with_defaults
 from localspec.structured.grammars import Grammars
-from localspec.structured.schema_defaults import with_defaults
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
            "required": ["city"]}

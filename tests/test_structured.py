@@ -19,6 +19,8 @@ from localspec.events import Finished, Step
 from localspec.openai_body import BodyError, parse_body
 from localspec.runtime import Runtime
 from localspec.sampling import Distribution, shape
+from localspec.schema import ConstraintError, ConstraintSpec
+from localspec.schema.spec import follow_prompt
 from localspec.settings import (
     GenerationSettings,
     HistorySettings,
@@ -27,8 +29,6 @@ from localspec.settings import (
     Settings,
     SpeculationSettings,
 )
-from localspec.structured import ConstraintError, ConstraintSpec
-from localspec.structured.spec import follow_prompt
 from tests.conftest import assert_one_line_error
 from tests.lossless import assert_lossless, margin
 from tests.stats_helpers import chi_square, chi_square_critical, told_apart

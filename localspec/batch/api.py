@@ -20,6 +20,7 @@ from localspec.errors import UserError
 from localspec.openai_body import lone_surrogate
 from localspec.request import Request
 from localspec.runtime import BatchRuntime
+from localspec.schema import ConstraintSpec
 from localspec.settings import (
     GenerationSettings,
     HistorySettings,
@@ -28,7 +29,6 @@ from localspec.settings import (
     Settings,
     SpeculationSettings,
 )
-from localspec.structured import ConstraintSpec
 
 
 def generate_many(

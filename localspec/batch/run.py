@@ -7,17 +7,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
-from localspec import faults
 from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.events import Event, Finished, Step
+from localspec.faults import ARMED, mark
 from localspec.openai_body import BodyError
 from localspec.request import Request
 from localspec.runtime import BatchRuntime
+from localspec.schema.spec import follow_prompt
 from localspec.settings import GenerationSettings
 from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.scheduler import Scheduler
-from localspec.structured.spec import follow_prompt
 
 # what a Finished reason is called in a result: the OpenAI words where there is one
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",
@@ -86,7 +86,7 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     generation = GenerationSettings(
         max_tokens=request.max_tokens if request.max_tokens is not None else settings.generation.max_tokens,
         stop=request.stop if request.stop is not None else settings.generation.stop,
-        # JSON spaced as the prompt's own (structured/json_style.py)
+        # JSON spaced as the prompt's own (schema/json_style.py)
         constraint=follow_prompt(request.constraint or settings.generation.constraint,
                                  [m.content for m in request.messages or ()] or [request.prompt or ""]),
     )
@@ -112,6 +112,6 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     if request.drafter is not None or request.k is not None:
         speculation = replace(settings.speculation, **{name: value for name in ("drafter", "k")
                                                        if (value := getattr(request, name)) is not None})
-    if faults.ARMED:  # tests only
-        faults.mark(tokens, request.prompt or "".join(m.content or "" for m in request.messages or ()))
+    if ARMED:  # tests only
+        mark(tokens, request.prompt or "".join(m.content or "" for m in request.messages or ()))
     return Job(tokens, generation, sampling, key=_Pending(index, request), speculation=speculation, matcher=matcher)

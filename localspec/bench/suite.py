@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 from localspec.errors import UserError
-from localspec.structured import ConstraintSpec
-from localspec.structured.json_style import separators_of
+from localspec.schema import ConstraintSpec
+from localspec.schema.json_style import separators_of
 
 DEFAULT_SUITE = "default"
 DEFAULT_MAX_TOKENS = 128  # for rows that do not say: long enough for speculation to settle, short enough to repeat
@@ -90,7 +90,7 @@ def _parse_row(line: str, where: str) -> BenchPrompt:
     constraint = None
     if "schema" in row:
         try:
-            # spaced as the prompt's own JSON, as every face does (structured/json_style.py)
+            # spaced as the prompt's own JSON, as every face does (schema/json_style.py)
             constraint = ConstraintSpec.json_schema(row["schema"], row["id"], separators_of([row["prompt"]]))
             constraint.grammar()
         except UserError as e:

@@ -115,7 +115,7 @@ def _embedded_path() -> Path | None:
 
 def _fill_from_file(row: ModelRow, path: Path) -> None:
     from localspec.errors import ModelLoadError
-    from localspec.models.gguf_header import read_header
+    from localspec.gguf.header import read_header
 
     row.path = str(path)
     row.size = path.stat().st_size

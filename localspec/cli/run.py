@@ -20,8 +20,8 @@ from localspec.cli.render import json_document, stats_lines
 from localspec.cli.structured import constraint_from_options
 from localspec.errors import UserError
 from localspec.events import Finished, Notice, Stats, Step, Token
+from localspec.schema.spec import follow_prompt
 from localspec.settings import Settings
-from localspec.structured.spec import follow_prompt
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -99,7 +99,7 @@ def run(
         if system is not None:  # a system message only exists inside a chat template
             system = decode_argument(system, "--system")
             chat = True
-        if spec is not None:  # its JSON spaced as the prompt's own (structured/json_style.py)
+        if spec is not None:  # its JSON spaced as the prompt's own (schema/json_style.py)
             spec = follow_prompt(spec, [system or "", text])
             options = replace(options, generation=replace(options.generation, constraint=spec))
             options.generation.validate()

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from localspec.errors import UserError
-from localspec.structured import ConstraintSpec
+from localspec.schema import ConstraintSpec
 
 
 def constraint_from_options(

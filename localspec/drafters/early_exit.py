@@ -12,8 +12,8 @@ from pathlib import Path
 
 from localspec.engine.rewrite import copy_model
 from localspec.errors import UserError
+from localspec.gguf.header import ArrayLength, read_header
 from localspec.models.files import known_sha256
-from localspec.models.gguf_header import ArrayLength, read_header
 from localspec.paths import cache_dir
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from localspec.engine.rewrite import copy_model
 from localspec.errors import UserError
-from localspec.models import gguf_edit
+from localspec.gguf import edit as gguf_edit
+from localspec.gguf.header import ArrayLength, GGUFHeader, read_header
 from localspec.models.files import known_sha256
-from localspec.models.gguf_header import ArrayLength, GGUFHeader, read_header
 from localspec.paths import cache_dir
 from localspec.settings import parse_blocks
 

@@ -32,7 +32,7 @@ def _check_file(path: Path) -> None:
 def _refusal(path: Path) -> ModelLoadError:
     """Why llama.cpp refused a GGUF file. Reading the header costs 0.1–0.7 s (a 262k-token vocabulary is parsed to
     reach the tensors), so it is done only once llama.cpp has refused the file, never on the way to a load."""
-    from localspec.models.gguf_header import check_complete
+    from localspec.gguf.header import check_complete
 
     check_complete(path)  # raises with the precise reason (truncated, bad header, ...)
     return ModelLoadError(

@@ -23,8 +23,8 @@ from urllib.parse import urlparse
 
 from localspec._version import __version__
 from localspec.errors import ModelLoadError, UserError
+from localspec.gguf.header import check_complete
 from localspec.models.files import check_free_space, format_size, is_sha256, say, sha256_file
-from localspec.models.gguf_header import check_complete
 from localspec.models.hub_cache import cached_gguf_files, cached_path, hub_cache_dir
 from localspec.models.listing import RemoteFile, shard_names
 from localspec.models.records import PullResult, load_records, record_pull

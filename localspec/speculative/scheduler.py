@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from localspec import faults
 from localspec.drafters.base import Draft
 from localspec.errors import STOPPING
 from localspec.events import Event, Prefill, Stats
+from localspec.faults import ARMED, before_pass
 from localspec.passes import Outputs, Part
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.draft_phase import DraftPhase, DraftWanted
@@ -288,8 +288,8 @@ class Scheduler:
             return
         started = self.clock()
         try:
-            if faults.ARMED:  # tests only
-                faults.before_pass(f.job.prompt for f in [*planned, *(f for f, _ in prefilling)])
+            if ARMED:  # tests only
+                before_pass(f.job.prompt for f in [*planned, *(f for f, _ in prefilling)])
             outputs = self.lanes.decode(parts)
         except STOPPING:
             raise

@@ -1,7 +1,3 @@
-"""Structured output: answers held to a JSON schema, a grammar or a regex, and verified drafts that the grammar
-forces. ``spec`` is what a request asks (plain data, no model); ``constraint`` is one generation's live state,
-consulted by the speculation loop; ``grammars`` builds those per model."""
-
-from localspec.structured.spec import ConstraintError, ConstraintSpec
-
-__all__ = ["ConstraintError", "ConstraintSpec"]
+"""Structured output: answers held to what a request asked (localspec/schema), and verified drafts that the grammar
+forces. ``constraint`` is one generation's live state, consulted by the speculation loop; ``grammars`` builds those
+per model; ``tools`` and ``tool_prompt`` put tool calls to the model and read them back."""

@@ -25,11 +25,11 @@ import llama_cpp
 import numpy as np
 
 from localspec.errors import STOPPING
-from localspec.structured.cache import BoundedCache
+from localspec.schema.cache import BoundedCache
+from localspec.schema.json_style import DEFAULT, Separators
+from localspec.schema.spec import ConstraintError, ConstraintSpec
 from localspec.structured.constraint import Constraint
-from localspec.structured.json_style import DEFAULT, Separators
 from localspec.structured.pieces import pieces
-from localspec.structured.spec import ConstraintError, ConstraintSpec
 
 # llguidance's bounds on what one grammar may cost (its LLParserLimits): the grammar's size, the lexer's work to
 # build its first state and a step's, and the lexer states it may keep (each ~1-2 kB, for the matcher's life).

@@ -8,8 +8,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from localspec.structured.json_style import separators_of
-from localspec.structured.spec import ConstraintSpec
+from localspec.schema.json_style import separators_of
+from localspec.schema.spec import ConstraintSpec
 from localspec.structured.tools import Calls, ToolUse, read_calls
 
 if TYPE_CHECKING:

@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from localspec.structured.json_style import DEFAULT, Separators, json_options
-from localspec.structured.numbers import bounded
-from localspec.structured.schema_defaults import with_defaults
-from localspec.structured.spec import ConstraintError, ConstraintSpec, capped_json
+from localspec.schema.defaults import with_defaults
+from localspec.schema.json_style import DEFAULT, Separators, json_options
+from localspec.schema.numbers import bounded
+from localspec.schema.spec import ConstraintError, ConstraintSpec, capped_json
 
 CHOICES = ("none", "auto", "required")
 TOOLS_MAX = 128  # OpenAI's own limit: each tool's parameters are a schema to compile
@@ -63,7 +63,7 @@ class ToolUse:
                    separators: Separators = DEFAULT) -> ConstraintSpec | None:
         """The grammar of the answer: calls only ("required", a name), free text until the template's call marker
         ("auto", hermes), or none ("auto" without a marker: the answer is read afterwards); its JSON spaced with
-        ``separators`` (the prompt's, structured/json_style.py), its numbers bounded."""
+        ``separators`` (the prompt's, schema/json_style.py), its numbers bounded."""
         # inside a Lark grammar the schema carries its JSON options itself
         options = json_options(separators)
         schema = json.dumps({"x-guidance": options, **bounded(self.call_schema())})

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from localspec import paths
 from localspec.errors import UserError
 from localspec.events import Stats
+from localspec.paths import data_dir
 from localspec.tui.conversation import Conversation, Turn
 
 SCHEMA_VERSION = 1
@@ -60,7 +60,7 @@ class SavedConversation:
 
 
 def default_path() -> Path:
-    return paths.data_dir() / "chats.sqlite3"
+    return data_dir() / "chats.sqlite3"
 
 
 class ChatStore:

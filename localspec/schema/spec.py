@@ -13,14 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from localspec.errors import UserError
-from localspec.structured.cache import BoundedCache
-from localspec.structured.json_style import DEFAULT, Separators, json_options, separators_of
-from localspec.structured.numbers import ANY_OBJECT, bounded
-from localspec.structured.schema_defaults import with_defaults
+from localspec.schema.cache import BoundedCache
+from localspec.schema.defaults import with_defaults
+from localspec.schema.json_style import DEFAULT, Separators, json_options, separators_of
+from localspec.schema.numbers import ANY_OBJECT, bounded
 
 Kind = Literal["json_schema", "json_object", "grammar", "regex"]
 KINDS: tuple[Kind, ...] = ("json_schema", "json_object", "grammar", "regex")
-# llguidance's JSON options where no prompt decides the separators (structured/json_style.py)
+# llguidance's JSON options where no prompt decides the separators (schema/json_style.py)
 JSON_OPTIONS = json_options(DEFAULT)
 # the most bytes a schema, a grammar or a regex may have (a tools list: structured/tools.py): far above any real one,
 # and what one request may make a server compile (DESIGN.md, "Requests that cannot hurt each other")
@@ -155,7 +155,7 @@ def _from_mapping(value: Mapping[str, Any]) -> ConstraintSpec | None:
 def _compiled(spec: ConstraintSpec) -> str:
     """The spec's grammar, compiled once: failures are kept too (naming where one fails costs a compile a node).
     llguidance raises ValueError for what its parsers refuse (a schema nested past their depth), and the schema's
-    rewrites (schema_defaults, numbers) recurse once a level: either is a ConstraintError."""
+    rewrites (defaults, numbers) recurse once a level: either is a ConstraintError."""
     known = _CACHE.get(spec)
     if known is None:
         try:
@@ -203,7 +203,7 @@ def _compile(spec: ConstraintSpec) -> str:
 
 
 def _json_grammar(schema: Any, separators: Separators) -> str:
-    """The schema's grammar with its numbers bounded (structured/numbers.py); where the bounds cannot compile
+    """The schema's grammar with its numbers bounded (schema/numbers.py); where the bounds cannot compile
     beside the schema's own (a minimum above the bound), the schema as it is, so that its errors are its own."""
     from llguidance import LLMatcher
 

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from localspec.models.gguf_header import _ARRAY, _BOOL, _SCALAR_FORMATS, _STRING, DEFAULT_ALIGNMENT, MAGIC, _Reader
+from localspec.gguf.header import _ARRAY, _BOOL, _SCALAR_FORMATS, _STRING, DEFAULT_ALIGNMENT, MAGIC, _Reader
 
 ArrayValues = Sequence[bool] | Sequence[int] | Sequence[float]
 _CHUNK = 16 << 20

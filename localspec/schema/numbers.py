@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from localspec.structured.schema_defaults import map_subschemas
+from localspec.schema.defaults import map_subschemas
 
 INTEGER_BOUND = 9_999_999_999_999_998
 FRACTION_STEP = 1e-10
