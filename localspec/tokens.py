@@ -3,16 +3,44 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
+
+_BLOCK = 64  # tokens compared a slice at a time (in C) before the last, partial block is walked in Python
+
+
+class Cache(Protocol):
+    """A sequence's cache as a draft context or a draft lane keeps it: the tokens it holds, and a rollback."""
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    def truncate(self, n: int) -> None: ...
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens ``a`` and ``b`` share from the start."""
+    """How many tokens ``a`` and ``b`` share from the start. Lists (the caches' and histories' type) are compared
+    a block at a time: a prompt of thousands of tokens is a few dozen slice comparisons, not a Python loop over it."""
     n = min(len(a), len(b))
     i = 0
+    if type(a) is type(b) is list:
+        if a[:n] == b[:n]:
+            return n
+        while i + _BLOCK <= n and a[i : i + _BLOCK] == b[i : i + _BLOCK]:
+            i += _BLOCK
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def backlog(cache: Cache, history: Sequence[int]) -> Sequence[int]:
+    """Roll ``cache`` back to where it still agrees with ``history``, keeping at least the history's last token to
+    decode (its logits are the next draft's first row); returns what it must decode to stand after ``history``. The
+    one catch-up of a draft model's context (drafters/model.py) and of a draft lane (speculative/draft_phase.py)."""
+    tokens = cache.tokens
+    n = len(tokens)
+    if n >= len(history) or (n and tokens[n - 1] != history[n - 1]):
+        cache.truncate(min(common_prefix(tokens, history), len(history) - 1))
+    return history[len(cache.tokens) :]
 
 
 def longest_held(lanes: Any, me: int, tokens: Sequence[int], scope: str | None,

@@ -16,7 +16,7 @@ from localspec.engine import Context, Model
 from localspec.errors import UserError
 from localspec.sampling import Distribution, pick
 from localspec.settings import SamplingSettings
-from localspec.tokens import common_prefix
+from localspec.tokens import backlog, common_prefix
 
 
 class ModelDrafter:
@@ -42,17 +42,10 @@ class ModelDrafter:
     def begin(self, history: Sequence[int]) -> None:
         self._ctx.truncate(common_prefix(self._ctx.tokens, history[:-1]))
 
-    def _catch_up(self, history: Sequence[int]) -> np.ndarray:
-        """Decode the history tokens the draft context has not seen; return the logits after the last one."""
-        ctx, n = self._ctx, len(self._ctx.tokens)
-        if n >= len(history) or (n and ctx.tokens[n - 1] != history[n - 1]):
-            ctx.truncate(min(common_prefix(ctx.tokens, history), len(history) - 1))
-        return ctx.decode(history[len(ctx.tokens) :])[-1]
-
     def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
         if cap <= 0:
             return Draft(drafter=self.name, kind=self.name)
-        row = self._catch_up(history)
+        row = self._ctx.decode(backlog(self._ctx, history))[-1]  # the history tokens it has not seen
         tokens: list[int] = []
         dists: list[Distribution] | None = None if self._sampling.greedy else []
         while True:

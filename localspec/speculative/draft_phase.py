@@ -25,7 +25,7 @@ from localspec.drafters.base import Draft
 from localspec.passes import Outputs, Part
 from localspec.sampling import Distribution, pick
 from localspec.settings import SamplingSettings
-from localspec.tokens import common_prefix, longest_held
+from localspec.tokens import backlog, common_prefix, longest_held
 
 # a catch-up at least this long (a prompt) first looks for a draft lane of the same scope that holds it already
 SHARE_FROM = 16
@@ -174,16 +174,14 @@ class DraftPhase:
         return [(Draft(r.tokens, r.dists, r.wanted.drafter.name, r.wanted.drafter.name), seconds * n / sum(rows))
                 for r, n in zip(requests, rows, strict=True)]
 
-    def _backlog(self, wanted: DraftWanted) -> list[int]:
+    def _backlog(self, wanted: DraftWanted) -> Sequence[int]:
         """What the request's draft lane must decode to draft after its history (at least the last token)."""
         lane_id, history = wanted.drafter.lane, wanted.history
-        lane = self.lanes[lane_id]
-        n = len(lane.tokens)
-        if n >= len(history) or (n and lane.tokens[n - 1] != history[n - 1]):
-            lane.truncate(min(common_prefix(lane.tokens, history), len(history) - 1))
-        if len(history) - len(lane.tokens) >= SHARE_FROM:
+        rest = backlog(self.lanes[lane_id], history)
+        if len(rest) >= SHARE_FROM:
             self._share(lane_id, history[:-1])
-        return history[len(lane.tokens) :]
+            rest = history[len(self.lanes[lane_id].tokens) :]
+        return rest
 
     def _share(self, lane_id: int, prefix: list[int]) -> None:
         """Copy the longest start of ``prefix`` that another draft lane of the same scope holds, where it is more
