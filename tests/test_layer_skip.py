@@ -11,8 +11,10 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from localspec.drafters import layer_skip
-from localspec.drafters.layer_skip import Subset, layer_skip_model, swa_layers
+from localspec.drafters import block_subset
+from localspec.drafters.block_subset import Subset, swa_layers
+from localspec.drafters.early_exit import early_exit_model
+from localspec.drafters.layer_skip import layer_skip_model
 from localspec.engine import Context, Model
 from localspec.engine.backend import init_backend
 from localspec.engine.rewrite import copy_model
@@ -90,10 +92,13 @@ def test_a_subset_that_fails_its_check_leaves_no_file(model_path: Path, tmp_path
     def refuse(*args: object) -> None:
         raise RuntimeError("checked: wrong")
 
-    monkeypatch.setattr(layer_skip, "check_subset", refuse)
+    monkeypatch.setattr(block_subset, "check_subset", refuse)
     with pytest.raises(RuntimeError, match="checked: wrong"):
         layer_skip_model(model_path, Subset.parse("6-11", 18))
     assert list((tmp_path / "cache" / "layer-skip").iterdir()) == []  # nothing under the final name, no temp file
+    with pytest.raises(RuntimeError, match="checked: wrong"):  # early exit's subset is built and checked the same way
+        early_exit_model(model_path, 6, 18)
+    assert list((tmp_path / "cache" / "early-exit").iterdir()) == []
 
 
 def test_gemma_keeps_its_sliding_window_blocks_where_the_original_had_them(
@@ -138,7 +143,7 @@ def test_qwen_has_no_layer_property_tied_to_its_block_index() -> None:
     header = read_header(pair[0])
     assert header.architecture == "qwen2" and header.block_count == 28
     assert swa_layers(header) is None  # no sliding window: nothing moves when blocks are renumbered
-    assert layer_skip.subset_arrays(pair[0], header, Subset.parse("7-20", 28)) == {}
+    assert block_subset.subset_arrays(pair[0], header, Subset.parse("7-20", 28)) == {}
 
 
 @pytest.mark.parametrize("args,fragment", [
