@@ -63,14 +63,14 @@ OPTIONS: tuple[Opt, ...] = (
         "acceptance and costs (0 = plain decoding).", "Speculation", "speculation.k", (*_ALL, "batch", "serve")),
     Opt("branches", ("--branches",), int, BRANCHES_DEFAULT, "Most candidate continuations n-gram lookup may verify "
         "together in one pass, as a token tree (the policy picks how many pay on this device). Default 1: one "
-        "chain; trees did not pay in our measurements yet (docs/performance.md), and a GPU with CUDA graphs verifies "
-        "chains only.", "Speculation",
-        "speculation.branches"),
+        "chain; trees did not pay in our measurements yet (docs/performance-features.md), and a GPU with CUDA "
+        "graphs verifies chains only.", "Speculation", "speculation.branches"),
     Opt("exit_layer", ("--exit-layer",), int | None, None, "Layers kept for --drafter early-exit (default: a third "
         "of the model).", "Speculation", "speculation.exit_layer", (*_ALL, "batch", "serve")),
     Opt("skip_layers", ("--skip-layers",), str | None, None, "Blocks --drafter layer-skip leaves out, numbered "
         "from 0, e.g. 8-19 or 4,6-9: the draft is the target's other blocks, its first and last kept (built once "
-        "as a file in the cache). Default: the middle third. Agreement and speed by subset: docs/performance.md.",
+        "as a file in the cache). Default: the middle third. Agreement and speed by subset: "
+        "docs/performance-features.md.",
         "Speculation", "speculation.skip_layers", (*_ALL, "batch", "serve")),
     Opt("p_min", ("--p-min",), float, 0.0, "Stop a model draft early when the draft's top probability falls below "
         "this.", "Speculation", "speculation.p_min", _GENERATE),
