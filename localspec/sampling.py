@@ -8,6 +8,7 @@ one softmax when top-k is off.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,8 +64,10 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 def shape(row: np.ndarray, s: SamplingSettings) -> Distribution:
     """The distribution a sampler with settings ``s`` draws from, given one logits row."""
-    ids = top_k(row, s.top_k) if 0 < s.top_k < row.shape[0] else np.arange(row.shape[0])
-    return shape_candidates(ids, row[ids], s)
+    if 0 < s.top_k < row.shape[0]:
+        ids = top_k(row, s.top_k)
+        return shape_candidates(ids, row[ids], s)
+    return shape_candidates(np.arange(row.shape[0]), row, s)  # every token a candidate: the row as it is
 
 
 def top_k(values: np.ndarray, k: int) -> np.ndarray:
@@ -112,8 +115,17 @@ def pick(
 
 
 def top_probability(row: np.ndarray) -> float:
+    """The most likely token's probability: the whole row is looked at (a draft stops on it), in a scratch row kept
+    per thread, so a drafted token allocates nothing the size of the vocabulary."""
     m = float(row.max())
-    return 1.0 / float(np.exp(row - m).sum())
+    scratch = getattr(_scratch, "row", None)
+    if scratch is None or scratch.shape != row.shape or scratch.dtype != row.dtype:
+        scratch = _scratch.row = np.empty_like(row)
+    np.subtract(row, m, out=scratch)
+    return 1.0 / float(np.exp(scratch, out=scratch).sum())
+
+
+_scratch = threading.local()
 
 
 def make_rng(seed: int | None) -> np.random.Generator:

@@ -182,7 +182,7 @@ class Generator:
         accepted = [plan.tree.tokens[node] for node in verdict.nodes]
         # roll back: keep the pending token and the accepted draft tokens (a chain's prefix, a tree's path)
         rows = None if plan.parents is None else [0, *(node + 1 for node in verdict.nodes)]
-        self._roll_back([*history, *accepted], rows)
+        self._roll_back(history, accepted, rows)
         verify_seconds = self.clock() - started
         emitted = [*accepted, verdict.token]
         self.policy.observe(plan.draft, verdict.n_accepted, draft_seconds, verify_seconds, emitted, len(plan.tree),
@@ -227,18 +227,18 @@ class Generator:
                     return draft
         return Draft()
 
-    def _roll_back(self, kept: list[int], rows: list[int] | None) -> None:
-        """Leave ``kept`` in the cache: a chain drops its rejected tail, a tree keeps the batch ``rows`` of its
-        accepted path."""
+    def _roll_back(self, history: list[int], accepted: list[int], rows: list[int] | None) -> None:
+        """Leave ``history`` and the ``accepted`` draft tokens in the cache: a chain drops its rejected tail, a tree
+        keeps the batch ``rows`` of its accepted path."""
         try:
             if rows is None:
-                self.target.truncate(len(kept))
+                self.target.truncate(len(history) + len(accepted))
             else:
                 self.target.keep_path(rows)
         except RollbackUnsupported:
             # the model's memory cannot drop a suffix (recurrent/hybrid): rebuild it once, then decode plainly
             self.target.truncate(0)
-            self.target.feed(kept)
+            self.target.feed([*history, *accepted])
             self.drafters = []
             self.notices.append("this model cannot roll back its cache: speculation is off, decoding plainly")
 

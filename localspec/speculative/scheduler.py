@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from localspec.drafters.base import Draft
@@ -76,10 +76,8 @@ class _Flight:
     room: int = 0  # draft tokens its last plan could have held
     last: tuple[int, float] = (1, 1.0)  # rows of its last plan, and the tokens they were expected to emit
     error: Failed | None = None  # one of its own steps failed: it ends with this, and no other flight is touched
-
-    @property
-    def cached_target(self) -> list[int]:
-        return self.run.history[:-1]
+    # what its prefill caches: the prompt but its pending last token, taken once (read every pass while it prefills)
+    cached_target: list[int] = field(default_factory=list)
 
 
 class Scheduler:
@@ -233,7 +231,7 @@ class Scheduler:
         run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
                   TextStream(generator.vocab, job.settings.stop))
         run.started = self.clock()
-        return _Flight(job, lane, generator, run, reused=kept)
+        return _Flight(job, lane, generator, run, reused=kept, cached_target=run.history[:-1])
 
     def _pass(self, flights: list[_Flight | None]) -> Iterator[tuple[Job, Event]]:
         """One pass: every decoding sequence's plan, prompt chunks in what room is left; then settle each."""
