@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from localspec.engine import Context, Model
 from localspec.engine.device import Device
 from localspec.models.files import known_sha256
 from localspec.speculative.noise import HEADROOM, ROWS, load_or_measure_noise, measure_noise
 
 
-def test_the_margins_are_measured_by_pass_size_and_cached(model_path: Path) -> None:
+def test_the_margins_are_measured_by_pass_size_and_cached(model_path: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # a home of its own: its short measurement must not stand in for the device's in the suite's shared cache
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     with Model(model_path) as model, Context(model, n_ctx=512, greedy_rows=17) as ctx:
         prompt = model.vocab.tokenize("A list of fruit: apples, pears, plums,", add_special=True)
         noise = measure_noise(ctx, [prompt], generated=20, every=4)
