@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from localspec.drafters.base import Draft
 from localspec.errors import STOPPING
 from localspec.events import Event, Prefill, Stats
 from localspec.faults import ARMED, before_pass
-from localspec.passes import Outputs, Part
+from localspec.passes import Part
+from localspec.speculative.batch_size import BatchSize
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.draft_phase import DraftPhase, DraftWanted
+from localspec.speculative.flight import Flight, SharedContext
 from localspec.speculative.jobs import Failed, Job, PassStats
-from localspec.speculative.loop import Generator, Plan, Run, Target
+from localspec.speculative.loop import Generator, Run, Target
 from localspec.speculative.shapes import STEADY, Shapes, Warmup
 from localspec.speculative.text import TextStream
 from localspec.tokens import common_prefix, held, longest_held
@@ -45,39 +46,6 @@ PREFILL_CHUNK = 32
 
 _SPENT = object()  # what next() gives once a job iterator is exhausted (None means "no job yet")
 T = TypeVar("T")
-
-
-class SharedContext(Protocol):
-    """Sequences (lanes) that share passes: engine.lanes.Lanes, a toy in tests, priced lanes in a replay."""
-
-    n_ctx: int  # tokens one lane may hold
-    n_batch: int  # tokens one pass may hold
-    max_rows: int  # outputs one pass may have
-
-    def __len__(self) -> int: ...
-    def __getitem__(self, lane: int) -> Target: ...
-    def begin(self, lane: int, job: Job) -> None: ...  # ``job`` starts on ``lane``
-    def decode(self, parts: Sequence[Part]) -> list[Outputs | None]: ...
-    def share(self, src: int, dst: int, n: int) -> None: ...
-
-
-@dataclass(slots=True)
-class _Flight:
-    """A job on a lane: prefilling until its prompt (all but the pending last token) is cached, then decoding."""
-
-    job: Job
-    lane: int
-    generator: Generator
-    run: Run
-    decoding: bool = False
-    plan: Plan | None = None
-    reused: int = 0  # prompt tokens found in the cache (the lane's own, or copied from another lane), not computed
-    draft_seconds: float = 0.0
-    room: int = 0  # draft tokens its last plan could have held
-    last: tuple[int, float] = (1, 1.0)  # rows of its last plan, and the tokens they were expected to emit
-    error: Failed | None = None  # one of its own steps failed: it ends with this, and no other flight is touched
-    # what its prefill caches: the prompt but its pending last token, taken once (read every pass while it prefills)
-    cached_target: list[int] = field(default_factory=list)
 
 
 class Scheduler:
@@ -106,10 +74,10 @@ class Scheduler:
         self.clock = clock
         self.stats = stats if stats is not None else PassStats()
         # the pass sizes this device keeps (a GPU's CUDA graphs): every pass is padded up to the last pass's rows or
-        # a kept size where that costs less than the change it saves (``_fill``)
+        # a kept size where that costs less than the change it saves (speculative/batch_size.py)
         self.shapes = shapes if shapes is not None else Shapes()
         self.warmup = Warmup()
-        self._size = 0  # the rows of the last pass, padding included
+        self.sizes = BatchSize(costs, lanes.max_rows)  # the rows of the last pass, padding included
 
     def run(
         self, jobs: Iterable[Job | None], cancelled: Callable[[], bool] = lambda: False,
@@ -120,7 +88,7 @@ class Scheduler:
         the scheduler then calls ``idle`` (which should block until a job may have come). When ``cancelled`` turns
         true, every running job finishes "interrupted" and the jobs not started are left in the iterator."""
         pending = iter(jobs)
-        flights: list[_Flight | None] = [None] * self.parallel
+        flights: list[Flight | None] = [None] * self.parallel
         more = True
         while True:
             if more and not cancelled():
@@ -148,7 +116,7 @@ class Scheduler:
                     yield self._ended(f)
                     flights[i] = None
 
-    def _guard(self, f: _Flight, step: Callable[[], T]) -> T | None:
+    def _guard(self, f: Flight, step: Callable[[], T]) -> T | None:
         """``step()``, one of ``f``'s own: an exception there ends ``f`` alone (DESIGN.md, "Requests that cannot
         hurt each other"); None once ``f`` has failed."""
         if f.error is not None:
@@ -161,7 +129,7 @@ class Scheduler:
             f.error = Failed.of(e)
             return None
 
-    def _ended(self, f: _Flight) -> tuple[Job, Event | Failed]:
+    def _ended(self, f: Flight) -> tuple[Job, Event | Failed]:
         """``f``'s last event: Finished, or Failed with its lane (and draft lane) emptied, since a failed step may
         have left rows the sequence never accepted."""
         finished = self._guard(f, lambda: f.generator.end(f.run))
@@ -173,7 +141,7 @@ class Scheduler:
         assert f.error is not None
         return f.job, f.error
 
-    def _admit(self, flights: list[_Flight | None], pending: Iterator[Job | None]) -> Iterator[tuple[Job, Event]]:
+    def _admit(self, flights: list[Flight | None], pending: Iterator[Job | None]) -> Iterator[tuple[Job, Event]]:
         """Fill free lanes with the next jobs; False once ``pending`` is spent."""
         while None in flights:
             job = next(pending, _SPENT)
@@ -196,7 +164,7 @@ class Scheduler:
                 yield job, Failed.of(e)
         return True
 
-    def _lane_for(self, job: Job, flights: list[_Flight | None]) -> int:
+    def _lane_for(self, job: Job, flights: list[Flight | None]) -> int:
         """The free lane that already holds the longest start of ``job``'s prompt (a conversation's last turn, kept
         in the cache after it finished), else the first free one."""
         free = [i for i, f in enumerate(flights) if f is None]
@@ -217,7 +185,7 @@ class Scheduler:
             return f"the prompt is {n} tokens but a sequence holds {room}: raise --ctx or shorten the prompt"
         return None
 
-    def _start(self, job: Job, lane: int) -> _Flight:
+    def _start(self, job: Job, lane: int) -> Flight:
         # what the lane still holds from its last job is reused where the prompts agree (and the scope is the same)
         kept = self._reusable(lane, job, job.prompt[:-1])
         self.lanes.begin(lane, job)
@@ -231,9 +199,9 @@ class Scheduler:
         run = Run(list(job.prompt), job.settings, Stats(prompt_tokens=len(job.prompt)),
                   TextStream(generator.vocab, job.settings.stop))
         run.started = self.clock()
-        return _Flight(job, lane, generator, run, reused=kept, cached_target=run.history[:-1])
+        return Flight(job, lane, generator, run, reused=kept, cached_target=run.history[:-1])
 
-    def _pass(self, flights: list[_Flight | None]) -> Iterator[tuple[Job, Event]]:
+    def _pass(self, flights: list[Flight | None]) -> Iterator[tuple[Job, Event]]:
         """One pass: every decoding sequence's plan, prompt chunks in what room is left; then settle each."""
         live = [f for f in flights if f is not None]
         for f in live:
@@ -242,8 +210,8 @@ class Scheduler:
                 yield from self._prefilled(f)  # a prompt another lane held, or the lane's last job, is cached whole
         live = [f for f in live if f.error is None]
         decoding = [f for f in live if f.decoding]
-        planned: list[_Flight] = []
-        wanted: list[tuple[_Flight, DraftWanted]] = []  # plans that wait for the draft phase
+        planned: list[Flight] = []
+        wanted: list[tuple[Flight, DraftWanted]] = []  # plans that wait for the draft phase
         rows_after = sum(f.last[0] for f in decoding)
         tokens_after = sum(f.last[1] for f in decoding)
         rows_before, tokens_before = 0, 0.0
@@ -277,7 +245,7 @@ class Scheduler:
         if wanted:
             rows_before = self._drafted(wanted, planned)
         if shapes.active and planned:
-            rows_before = self._fill(planned, shapes, rows_before)
+            rows_before = self.sizes.fill(planned, shapes, rows_before)
         parts = [Part(f.lane, f.plan.rows, "ids" if f.generator.wants_ids else "logits") for f in planned
                  if f.plan is not None]
         prefilling = self._prefill_parts(live, rows_before, bool(planned))
@@ -322,7 +290,7 @@ class Scheduler:
             self.stats.prefill_tokens += len(chunk)
             yield from self._prefilled(f)
 
-    def _failed_pass(self, live: list[_Flight], e: BaseException) -> None:
+    def _failed_pass(self, live: list[Flight], e: BaseException) -> None:
         """The pass every running sequence shared failed: each of them ends with that error (its own steps' failures
         end it alone, ``_guard``), and no lane's cache is trusted after it, idle ones' included. The scheduler goes
         on with the jobs still to come."""
@@ -339,7 +307,7 @@ class Scheduler:
             if self.drafts is not None:
                 self.drafts.lanes[lane].truncate(0)
 
-    def _drafted(self, wanted: list[tuple[_Flight, DraftWanted]], planned: list[_Flight]) -> int:
+    def _drafted(self, wanted: list[tuple[Flight, DraftWanted]], planned: list[Flight]) -> int:
         """The draft phase: every model draft of the pass at once, then those sequences' plans with their drafts.
         Returns the pass's rows."""
         phase, stats = self.drafts, self.stats
@@ -364,52 +332,15 @@ class Scheduler:
         planned[:] = [f for f in planned if f.error is None]
         return sum(len(f.plan.rows) for f in planned if f.plan is not None)
 
-    def _fill(self, planned: list[_Flight], shapes: Shapes, rows: int) -> int:
-        """Pad the pass up to the number of rows the last pass had, or up to a kept size, where the padding costs
-        less than the change of size it saves (a GPU's CUDA graphs want the size steady): first with the rest of
-        the sequences' proposals (rows with a chance), then filler spread evenly. Returns the rows."""
-        last = self._size
-        sizes = {rows, shapes.size_for(rows), *([last] if last >= rows else [])}
-        # seeded sampled sequences alone: priced as they price their drafts (frozen), not on live timings
-        frozen = all(f.generator.policy.reproducible for f in planned)
-        costs = planned[0].generator.policy.costs if frozen else self.costs
-
-        def price(size: int) -> float:
-            return costs(size) + (0.0 if size == last else shapes.change_cost(size))
-
-        size = min((s for s in sizes if s <= self.lanes.max_rows), key=lambda s: (price(s), s), default=rows)
-        self._size = rows
-        if size <= rows:
-            return rows
-        extra = size - rows
-        depth = {id(f): len(f.plan.rows) - 1 for f in planned
-                 if f.plan is not None and f.plan.parents is None and f.generator.drafters and f.room > 0}
-        for f in sorted(planned, key=lambda f: -f.generator.policy.spare()):
-            if id(f) in depth:
-                take = min(extra, f.generator.policy.spare(), f.room - depth[id(f)])
-                depth[id(f)] += take
-                extra -= take
-        padable = [f for f in planned if id(f) in depth]
-        while extra > 0 and padable:  # filler, spread evenly over the sequences with room for it
-            padable = [f for f in padable if depth[id(f)] < f.room]
-            for f in padable[:extra]:
-                depth[id(f)] += 1
-                extra -= 1
-        for f in planned:
-            if id(f) in depth and f.plan is not None:
-                f.plan = f.generator.widen(f.plan, f.run.history, depth[id(f)], f.room)
-        self._size = sum(len(f.plan.rows) for f in planned if f.plan is not None)
-        return self._size
-
     def _prefill_parts(
-        self, live: list[_Flight], rows: int, decoding: bool
-    ) -> list[tuple[_Flight, Sequence[int]]]:
+        self, live: list[Flight], rows: int, decoding: bool
+    ) -> list[tuple[Flight, Sequence[int]]]:
         """Prompt chunks for this pass: copy what another lane holds, wait for a lane prefilling a shared prefix,
         and compute the rest in chunks (small while others decode, else the whole batch)."""
         budget = self.lanes.n_batch - rows
         if decoding:
             budget = min(budget, self.prefill_chunk)
-        out: list[tuple[_Flight, Sequence[int]]] = []
+        out: list[tuple[Flight, Sequence[int]]] = []
         waiting = [f for f in live if not f.decoding]
         for n, f in enumerate(waiting):
             target = f.cached_target
@@ -425,7 +356,7 @@ class Scheduler:
                 budget -= take
         return out
 
-    def _share_prefix(self, f: _Flight) -> None:
+    def _share_prefix(self, f: Flight) -> None:
         """Copy the longest start of ``f``'s prompt that another lane holds, running or idle (what a finished
         conversation left), if it is more than ``f``'s own lane holds."""
         lane = self.lanes[f.lane]
@@ -435,7 +366,7 @@ class Scheduler:
             f.reused = best
             self.lanes.share(source, f.lane, best)
 
-    def _prefilled(self, f: _Flight) -> Iterator[tuple[Job, Event]]:
+    def _prefilled(self, f: Flight) -> Iterator[tuple[Job, Event]]:
         """Once its prompt is cached, a flight starts decoding (its last prompt token goes into its first pass)."""
         lane = self.lanes[f.lane]
         target = f.cached_target
