@@ -137,7 +137,7 @@ class Generator:
         # scheduler sizes the pass for every lane at once
         policy = self.policy
         depth = None
-        if self.constraint is not None and policy.shapes.active and not policy.in_batch:
+        if self.constraint is not None and policy.keeps_size:
             room = depth = min(room, CONSTRAINED_DEPTH)
         draft = self._propose(history, room, drafted)
         if self.drafters:  # a device with pass shapes verifies a draft padded up to the size it keeps

@@ -32,6 +32,13 @@ class PassSizes:
     _trimmed: Draft | None
     _draft_cost: dict[str, float]
 
+    @property
+    def keeps_size(self) -> bool:
+        """The mode a sequence's passes are sized in: its own kept size, on a device with pass shapes, alone; in a
+        batch (``in_batch``, which the scheduler sets) it only drafts, and the scheduler keeps the pass's size
+        (speculative/batch_size.py), telling ``pad`` how far to go. Without pass shapes, neither."""
+        return self.depths is not None and not self.in_batch
+
     def _survival_of(self, kind: str) -> Survival:
         raise NotImplementedError
 
@@ -44,7 +51,7 @@ class PassSizes:
         model's greedy draft that stopped short (--p-min) with filler (a sampled one is left as drawn). Elsewhere,
         and in a batch until the scheduler says how far: ``draft`` as is. One sequence's step is counted here too,
         with or without a proposal (Depths' clock)."""
-        if self.depths is None or (self.in_batch and depth is None):
+        if self.depths is None or (not self.keeps_size and depth is None):
             return draft
         lookup = not draft.tokens or draft is self._trimmed
         made = self._proposal  # this step's lookup proposal (``trim`` counted the step)

@@ -121,7 +121,7 @@ class DraftPolicy(PassSizes):
             return min(room, self.k_max)
         k = self.best_k(drafter.name, drafter.name, room)
         # a device with pass shapes: ``pad`` fills the draft up to the pass's size (in a batch, the scheduler does)
-        if k and self.depths is not None and not self.in_batch:
+        if k and self.keeps_size:
             if self.fixed is None:
                 self._step_depth = k = self._model_depth(drafter.name, room, k)
             elif self._lookups:  # k as asked, in the pass a lookup's pinned k pads to (auto alternates the two)
@@ -148,7 +148,7 @@ class DraftPolicy(PassSizes):
         first, second = self._ranked(draft)
         trimmed = self._trim(first)
         if second is not None:
-            if not trimmed.tokens and (self.depths is None or self.in_batch):
+            if not trimmed.tokens and not self.keeps_size:
                 return self._trim(second)
             self._watched.append(Watched([second.tokens], [self._survival_of(second.kind)]))
         return trimmed
@@ -171,7 +171,7 @@ class DraftPolicy(PassSizes):
     def _trim(self, draft: Draft) -> Draft:
         candidates = draft.candidates
         survivals = [self._survival_of(_wide(draft.kind, w)) for w in range(1, len(candidates) + 1)]
-        depths = self.depths if not self.in_batch else None
+        depths = self.depths if self.keeps_size else None
         if depths is not None:
             depths.record()
         self._watched.append(Watched(candidates, survivals, depths=depths,
