@@ -23,7 +23,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     if type(a) is type(b) is list:
-        if a[:n] == b[:n]:
+        if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):  # the shorter one is not copied
             return n
         while i + _BLOCK <= n and a[i : i + _BLOCK] == b[i : i + _BLOCK]:
             i += _BLOCK
