@@ -8,6 +8,7 @@ import random
 import statistics
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from localspec.engine.context import backend_sampling_available
 from localspec.engine.device import device_name
 from localspec.events import Step
 from localspec.machine import usable_cores
-from localspec.models.files import known_sha256
+from localspec.models.files import known_sha256, locked
 from localspec.runtime import Runtime
 from localspec.settings import (
     GenerationSettings,
@@ -33,7 +34,7 @@ from localspec.settings import (
     SpeculationSettings,
 )
 from localspec.speculative.calibrate import RETRIES, choose_reads, load_or_measure, measure
-from localspec.speculative.calibration_cache import Calibration, cache_path
+from localspec.speculative.calibration_cache import Calibration, cache_path, measuring
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.shape_timing import load_or_measure_shapes, measure_shapes
@@ -114,6 +115,39 @@ def test_a_calibration_records_how_and_when_and_is_reused(
     assert Calibration.read(quiet.path) == quiet
     # the file is also a cost table a replay can price on
     assert load_cost_table(quiet.path).seconds_by_batch == quiet.seconds
+
+
+def test_a_start_beside_one_measuring_waits_for_its_figures_rather_than_measuring_too(
+    context: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two processes starting together on a fresh machine (a server and a run, a suite's two workers) measured the
+    # same figures at once: twice the time, each disturbing the other's timings
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    how = "argmax" if context.backend_sampling else "logits"
+    path = cache_path("e" * 64, CPU, N_MAX, how)
+    theirs = Calibration({1: 0.5, 2: 0.75}, dict.fromkeys((1, 2), "the other process's"), CPU.name, path=path)
+    said: list[str] = []
+    got: list[Calibration] = []
+    with measuring(path):  # as the other process holds it while it measures
+        waiter = threading.Thread(target=lambda: got.append(load_or_measure(context, "e" * 64, CPU, N_MAX,
+                                                                            say=said.append)))
+        waiter.start()
+        while not said:
+            waiter.join(0.05)
+        theirs.save()
+    waiter.join()
+    assert said == ["another localspec process is measuring this machine: waiting for its figures"]
+    assert got == [theirs]  # read, not measured: a measurement would have said so and timed real passes
+
+
+def test_a_lock_held_past_the_wait_is_passed_by(tmp_path: Path) -> None:
+    # a process stopped mid-measurement (Ctrl-Z) holds its lock: a later start measures beside it after the wait
+    with locked(tmp_path / "figures.json"):
+        told: list[bool] = []
+        with locked(tmp_path / "figures.json", wait=0.2, waiting=lambda: told.append(True)) as held:
+            assert not held and told == [True]
+    with locked(tmp_path / "figures.json", wait=0.2) as held:
+        assert held
 
 
 def live(calibrated: dict[int, float], passes: dict[int, list[float]]) -> PassCosts:

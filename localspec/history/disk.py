@@ -27,6 +27,7 @@ from typing import BinaryIO
 import numpy as np
 
 from localspec.history.store import NS, SEP, Shelf
+from localspec.models import files
 from localspec.paths import cache_dir
 
 FORMAT = 1
@@ -60,17 +61,8 @@ def stamp(path: Path) -> tuple[int, int, int, str] | None:
 def locked(path: Path) -> Iterator[None]:
     """An exclusive lock beside ``path`` (where the platform has flock; elsewhere the atomic replace alone)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the folder too: its names say which models ran
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except ImportError:
-            pass
+    with files.locked(path):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def model_of(path: Path) -> str:

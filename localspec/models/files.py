@@ -13,6 +13,9 @@ import re
 import shutil
 import sys
 import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +124,44 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+@contextmanager
+def locked(path: Path, *, wait: float | None = None, waiting: Callable[[], None] | None = None) -> Iterator[bool]:
+    """An exclusive lock on ``path``.lock while the block runs, where the platform has flock (elsewhere none); yields
+    whether it is held. ``wait``: give up after that many seconds and run the block unlocked (a process stopped while
+    holding it must not stall every other); ``waiting`` is called once if the lock is not free at first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            import fcntl
+        except ImportError:
+            yield False
+            return
+        held = _lock(fd, fcntl, wait, waiting)
+        yield held
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _lock(fd: int, fcntl: Any, wait: float | None, waiting: Callable[[], None] | None) -> bool:
+    if wait is None and waiting is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    deadline = None if wait is None else time.monotonic() + wait
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if not told and waiting is not None:
+                waiting()
+                told = True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 def check_free_space(needed: int, directory: Path, what: str) -> None:

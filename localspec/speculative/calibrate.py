@@ -27,7 +27,7 @@ from localspec.engine import Context, Device
 from localspec.machine import OtherLoad
 from localspec.models.files import atomic_write_text
 from localspec.models.files import say as to_stderr
-from localspec.speculative.calibration_cache import Calibration, cache_path, stamp
+from localspec.speculative.calibration_cache import Calibration, cache_path, measuring, stamp
 from localspec.speculative.costs import low_quantile
 
 ROUNDS = 5  # interleaved rounds over every size, after one that warms caches and allocates graphs
@@ -71,17 +71,27 @@ def choose_reads(
     path = cache_path(model_hash, device, n_max, "reads")
     reads = None if again else _read_reads(path)
     if reads is None:
-        (say or to_stderr)("timing how this device reads a pass back (token ids or logits), once")
-        ctx.use_backend_sampler(True)
-        load = OtherLoad()
-        reads = _time_reads(ctx, n_max, rounds, cancelled, steady=device.graphs)
-        others = load.cores()
-        # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
-        if settle or others is None or others < _BUSY_CORES:
-            with contextlib.suppress(OSError):
-                atomic_write_text(path, json.dumps({"ids": reads.ids, "measured": reads.measured, "seconds": {
-                    how: {str(n): t for n, t in by_n.items()} for how, by_n in reads.seconds.items()}}, indent=1))
+        with measuring(path, say):
+            reads = None if again else _read_reads(path)  # timed by another process while this one waited
+            if reads is None:
+                reads = _choose_reads_now(ctx, path, n_max, rounds, say, cancelled, settle, device)
     ctx.use_backend_sampler(reads.ids)
+    return reads
+
+
+def _choose_reads_now(ctx: Context, path: Path, n_max: int, rounds: int, say: Callable[[str], None] | None,
+                      cancelled: Callable[[], bool] | None, settle: bool, device: Device) -> Reads:
+    """Both ways timed now, and kept where the machine was quiet enough (or ``settle``)."""
+    (say or to_stderr)("timing how this device reads a pass back (token ids or logits), once")
+    ctx.use_backend_sampler(True)
+    load = OtherLoad()
+    reads = _time_reads(ctx, n_max, rounds, cancelled, steady=device.graphs)
+    others = load.cores()
+    # other work meanwhile: used now, timed again at the next start; a read-only cache: the same
+    if settle or others is None or others < _BUSY_CORES:
+        with contextlib.suppress(OSError):
+            atomic_write_text(path, json.dumps({"ids": reads.ids, "measured": reads.measured, "seconds": {
+                how: {str(n): t for n, t in by_n.items()} for how, by_n in reads.seconds.items()}}, indent=1))
     return reads
 
 
@@ -128,11 +138,31 @@ def load_or_measure(
     steady = device.graphs
     how = ("argmax" if ctx.backend_sampling else "logits") + ("-steady" if steady else "")
     path = cache_path(model_hash, device, n_max, how)
-    cached = None if again else Calibration.read(path)
-    if cached is not None and len(cached.seconds) != n_max:
-        cached = None
-    if cached is not None and (not cached.provisional or not retry or cached.attempts >= RETRIES):
+
+    def read() -> tuple[Calibration | None, bool]:
+        """The cached figures, and whether they serve as they are."""
+        cached = None if again else Calibration.read(path)
+        if cached is not None and len(cached.seconds) != n_max:
+            cached = None
+        return cached, cached is not None and (not cached.provisional or not retry or cached.attempts >= RETRIES)
+
+    cached, usable = read()
+    if usable:
+        assert cached is not None
         return cached
+    with measuring(path, say):
+        cached, usable = read()  # measured by another process while this one waited
+        if usable:
+            assert cached is not None
+            return cached
+        return _measure_and_keep(ctx, path, cached, n_max, device, steady, again, say, progress, cancelled)
+
+
+def _measure_and_keep(
+    ctx: Context, path: Path, cached: Calibration | None, n_max: int, device: Device, steady: bool, again: bool,
+    say: Callable[[str], None], progress: Progress | None, cancelled: Callable[[], bool] | None,
+) -> Calibration:
+    """Measured now and written to ``path``; ``cached``: the disturbed figures measured again."""
     if cached is not None:
         say(f"the last measurement of this machine's pass costs was disturbed ({cached.provisional}): measuring "
             "again")

@@ -7,20 +7,23 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from localspec.engine import Device, library_version
-from localspec.models.files import atomic_write_text
+from localspec.models.files import atomic_write_text, locked
 from localspec.models.files import say as to_stderr
 from localspec.paths import cache_dir
 from localspec.speculative.costs import MIN_PASSES, PassCosts
 
 _METHOD = "q5"  # in the cache file's name: figures measured another way are not reused
 _IMPROVES = 0.95  # a live figure replaces a stored one when it is at least 5% lower
+# how long a start waits for another process measuring the same figures: one stopped mid-measurement (Ctrl-Z) must
+# not hold every later start; past this, both measure
+_WAIT_SECONDS = 120.0
 
 
 @dataclass
@@ -121,11 +124,28 @@ def cached(path: Path, read: Callable[[Path], C | None], measure: Callable[[], C
     saying ``what`` is measured, and cached (a cache that cannot be written costs only the next run's measurement)."""
     found = None if again else read(path)
     if found is None:
-        (say or to_stderr)(what)
-        found = measure()
-        with contextlib.suppress(OSError):
-            atomic_write_text(path, found.to_json())
+        with measuring(path, say):
+            found = None if again else read(path)  # measured by another process while this one waited
+            if found is None:
+                (say or to_stderr)(what)
+                found = measure()
+                with contextlib.suppress(OSError):
+                    atomic_write_text(path, found.to_json())
     return found
+
+
+@contextlib.contextmanager
+def measuring(path: Path, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Held while the figures at ``path`` are measured: localspec processes that start together on a fresh machine
+    (a server and a run, a suite's workers) measure them once, and each measures undisturbed by the others'
+    measuring; the others wait, then read what it wrote."""
+    def waiting() -> None:
+        (say or to_stderr)("another localspec process is measuring this machine: waiting for its figures")
+
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(OSError):  # a read-only cache folder: measured unlocked, as nothing is kept there
+            stack.enter_context(locked(path, wait=_WAIT_SECONDS, waiting=waiting))
+        yield
 
 
 def stamp() -> str:
