@@ -77,6 +77,16 @@ class _Checker:
 _checkers: dict[str, _Checker] = {}
 
 
+def _checker(path: Path) -> _Checker:
+    return _checkers.get(str(path)) or _checkers.setdefault(str(path), _Checker(path))
+
+
+def checking_model(path: Path) -> Model:
+    """The check's own model of ``path``, loaded once per test process: for a test that needs a model only to check
+    texts (a load costs a second, most of it the 262k-token vocabulary)."""
+    return _checker(path).model
+
+
 @atexit.register
 def _close_checkers() -> None:  # each context before its model: llama.cpp frees nothing of a model twice
     for checker in _checkers.values():
@@ -96,7 +106,7 @@ def assert_lossless(model: Model, prompt: Sequence[int], emitted: Sequence[int],
     vocab = model.vocab
     # rows a pass: as many as the text needs, up to CHUNK (the passes' sizes, not the cache, set the numerics)
     step = min(CHUNK, -(-len(emitted) // 16) * 16 or 16)
-    checker = _checkers.get(str(model.path)) or _checkers.setdefault(str(model.path), _Checker(model.path))
+    checker = _checker(model.path)
     ctx = checker.context(len(prompt) + len(emitted))
     # the prompt's cache kept where the last check's prompt agrees with this one; the rest decoded
     kept = next((i for i, (a, b) in enumerate(zip(ctx.tokens, prompt[:-1])) if a != b),

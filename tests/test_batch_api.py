@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 import localspec
-from localspec.engine import Model
 from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.request import Request
-from tests.lossless import assert_lossless, margin
+from tests.lossless import assert_lossless, checking_model, margin
 
 
 @pytest.mark.parametrize(("prompts", "options", "message"), [
@@ -89,7 +88,7 @@ def test_profile_means_what_the_flag_means(model_path: Path) -> None:
     plain = localspec.generate(prompt, profile="gemma3-270m-early-exit", drafter="none", max_tokens=24,
                                keep_history=False)
     assert drafted.error is None and drafted.stats.drafted > 0 and plain.stats.drafted == 0
-    with Model(model_path) as model:  # both the target's greedy text, each at every position
-        tokens = model.vocab.tokenize(prompt, add_special=True, parse_special=True)
-        for result in (drafted, plain):
-            assert_lossless(model, tokens, result.tokens, margin(model))
+    model = checking_model(model_path)  # both the target's greedy text, each at every position
+    tokens = model.vocab.tokenize(prompt, add_special=True, parse_special=True)
+    for result in (drafted, plain):
+        assert_lossless(model, tokens, result.tokens, margin(model))

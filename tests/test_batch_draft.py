@@ -28,7 +28,7 @@ from localspec.settings import (
 )
 from localspec.speculative.jobs import Job, PassStats
 from localspec.speculative.scheduler import Scheduler
-from tests.lossless import assert_lossless, margin
+from tests.lossless import assert_lossless, checking_model, margin
 from tests.test_batch_real import PROMPTS
 
 K = 3
@@ -140,7 +140,6 @@ def test_serve_drafts_every_request_with_the_model_and_a_request_may_leave_it_ou
     from concurrent.futures import ThreadPoolExecutor
     from contextlib import contextmanager
 
-    from localspec.engine import Model
     from tests.test_serve import PROMPTS as SERVE_PROMPTS
     from tests.test_serve import _lossless, start
 
@@ -156,11 +155,11 @@ def test_serve_drafts_every_request_with_the_model_and_a_request_may_leave_it_ou
         with ThreadPoolExecutor(2) as pool:  # two requests drafted in the same phases
             both = list(pool.map(ask, SERVE_PROMPTS[:2]))
         plain = [ask(p, {"speculation": {"drafter": "none"}}) for p in SERVE_PROMPTS[:2]]
-        with Model(model_path) as model:
-            for prompt, drafted, alone in zip(SERVE_PROMPTS, both, plain, strict=False):
-                timings, off = drafted.model_extra["timings"], alone.model_extra["timings"]  # type: ignore[index]
-                assert timings["draft_n"] > 0 and off["draft_n"] == 0
-                _lossless(model, prompt, drafted.choices[0].text, alone.choices[0].text)
+        model = checking_model(model_path)
+        for prompt, drafted, alone in zip(SERVE_PROMPTS, both, plain, strict=False):
+            timings, off = drafted.model_extra["timings"], alone.model_extra["timings"]  # type: ignore[index]
+            assert timings["draft_n"] > 0 and off["draft_n"] == 0
+            _lossless(model, prompt, drafted.choices[0].text, alone.choices[0].text)
 
 
 def _seeded_texts(batch: BatchRuntime, shift: int = 0) -> dict[str, str]:

@@ -16,7 +16,7 @@ from localspec.request import Request
 from localspec.runtime import BatchRuntime
 from localspec.settings import GenerationSettings, RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
 from localspec.speculative.jobs import Job
-from tests.lossless import assert_lossless, margin
+from tests.lossless import assert_lossless, checking_model, margin
 
 PROMPTS = [
     "Here is a list: apples, pears, plums, cherries, grapes.\nRepeat the list exactly:\n",
@@ -95,7 +95,7 @@ def test_the_python_api_gives_every_prompt_a_result_in_order(model_path: Path) -
     assert len(results[0].tokens) == 10 and results[0].text and results[1].ok and len(results[1].tokens) <= 5
     assert not results[2].ok and "raise --ctx" in (results[2].error or "")
     one = localspec.generate(PROMPTS[0], model=str(model_path), ctx=512, max_tokens=10)
-    with Model(model_path) as model:
-        prompt = model.vocab.tokenize(PROMPTS[0], add_special=True, parse_special=True)
-        for tokens in (one.tokens, results[0].tokens):
-            assert_lossless(model, prompt, tokens, margin(model))
+    model = checking_model(model_path)
+    prompt = model.vocab.tokenize(PROMPTS[0], add_special=True, parse_special=True)
+    for tokens in (one.tokens, results[0].tokens):
+        assert_lossless(model, prompt, tokens, margin(model))

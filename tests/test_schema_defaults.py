@@ -3,14 +3,13 @@ takes no others (schema/defaults.py), in the grammar an answer is held to and in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from localspec.engine import Model
 from localspec.schema.defaults import with_defaults
 from localspec.structured.grammars import Grammars
+from tests.lossless import checking_model
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
            "required": ["city"]}
@@ -33,9 +32,8 @@ def test_objects_that_list_properties_are_closed_unless_they_say_otherwise() -> 
 
 
 @pytest.fixture(scope="module")
-def grammars(model_path: Path) -> Iterator[Grammars]:
-    with Model(model_path) as model:
-        yield Grammars(model.vocab)
+def grammars(model_path: Path) -> Grammars:
+    return Grammars(checking_model(model_path).vocab)
 
 
 def test_a_call_with_a_key_its_tool_does_not_list_is_no_call(grammars: Grammars) -> None:

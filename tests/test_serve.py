@@ -24,7 +24,7 @@ from localspec.cli import app
 from localspec.engine import Model
 from localspec.engine.chat import ChatTemplate, Message
 from tests.conftest import ROOT, assert_one_line_error, localspec
-from tests.lossless import assert_lossless_text, margin
+from tests.lossless import assert_lossless_text, checking_model, margin
 
 PROMPTS = [
     "Here is a list: apples, pears, plums, cherries, grapes.\nRepeat the list exactly:\n",
@@ -130,9 +130,9 @@ def test_greedy_text_through_the_openai_client_is_runs(server: Server, model_pat
     # and past the list this 270M model's tokens are nearly even (CI, 2026-11-26: " purchased" against
     # " mendatangmodel" after the chat's answer)
     completion_run, chat_run = run_text(prompt), run_text(prompt, "--chat")
-    with Model(model_path) as model:
-        _lossless(model, prompt, completion.choices[0].text or "", completion_run)
-        _lossless(model, prompt, chat.choices[0].message.content or "", chat_run, chat=True)
+    model = checking_model(model_path)
+    _lossless(model, prompt, completion.choices[0].text or "", completion_run)
+    _lossless(model, prompt, chat.choices[0].message.content or "", chat_run, chat=True)
 
 
 def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(
@@ -153,8 +153,8 @@ def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(
     chunks = list(client.chat.completions.create(model="default", messages=messages, max_tokens=24, stream=True,
                                                  stream_options={"include_usage": True}, extra_body=pinned))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    with Model(model_path) as model:
-        _lossless(model, PROMPTS[6], text, whole.choices[0].message.content or "", chat=True)
+    model = checking_model(model_path)
+    _lossless(model, PROMPTS[6], text, whole.choices[0].message.content or "", chat=True)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
@@ -177,12 +177,12 @@ def test_eight_streaming_clients_at_once_all_finish_with_their_own_text(server: 
     with ThreadPoolExecutor(8) as pool:
         together = list(pool.map(stream, PROMPTS))
     after = server.metrics()
-    with Model(model_path) as model:
-        for prompt, text in zip(PROMPTS, together, strict=True):
-            # beside seven others, each stream is its own prompt's greedy text at every position: a near-tie may go
-            # either way, a mixed-up stream may not (every prompt asks for something different)
-            assert text
-            _lossless(model, prompt, text)
+    model = checking_model(model_path)
+    for prompt, text in zip(PROMPTS, together, strict=True):
+        # beside seven others, each stream is its own prompt's greedy text at every position: a near-tie may go
+        # either way, a mixed-up stream may not (every prompt asks for something different)
+        assert text
+        _lossless(model, prompt, text)
     served = after['localspec_requests_total{endpoint="completions",status="200"}'] - \
         before['localspec_requests_total{endpoint="completions",status="200"}']
     assert served == 8
@@ -226,8 +226,8 @@ def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Serv
                                      extra_body={"speculation": {"drafter": "none"}})
     assert none.model_extra["timings"]["draft_n"] == 0  # type: ignore[index]
     drafted = client.completions.create(model="default", prompt=PROMPTS[2], max_tokens=24).choices[0].text
-    with Model(model_path) as model:  # other pass shapes: a near-tie may go either way, nothing else may
-        _lossless(model, PROMPTS[2], none.choices[0].text, drafted)
+    model = checking_model(model_path)  # other pass shapes: a near-tie may go either way, nothing else may
+    _lossless(model, PROMPTS[2], none.choices[0].text, drafted)
 
 
 @pytest.mark.parametrize(("body", "param"), [

@@ -12,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from localspec.cli import app
-from localspec.engine import Model
+from tests.lossless import checking_model
 from tests.test_serve import _lossless, start
 
 
@@ -37,9 +37,9 @@ def test_a_server_keeping_its_history_drafts_from_it_and_keeps_it_when_terminate
                                                max_tokens=24, extra_body={"speculation": {"drafter": "none"}})
         answers.append((content, reply.choices[0].message.content, plain.choices[0].message.content))
     assert sum(drafted[1:]) > 0
-    with Model(model_path) as model:
-        for content, got, want in answers:
-            _lossless(model, content, got or "", want or "", chat=True)
+    model = checking_model(model_path)
+    for content, got, want in answers:
+        _lossless(model, content, got or "", want or "", chat=True)
 
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(60) == -signal.SIGTERM  # ended by the signal, as supervisors expect, after a clean stop

@@ -4,16 +4,15 @@ opener closes with its own closer, and JSON the user asked for stays text (struc
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import localspec as api
-from localspec.engine import Model
 from localspec.structured.grammars import Grammars
 from localspec.structured.tool_prompt import tool_calls
 from localspec.structured.tools import may_call, read_calls, read_tools
+from tests.lossless import checking_model
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -56,9 +55,8 @@ def test_auto_without_a_call_marker_puts_no_grammar_on_the_answer_and_with_one_w
 
 
 @pytest.fixture(scope="module")
-def grammars(model_path: Path) -> Iterator[Grammars]:
-    with Model(model_path) as model:
-        yield Grammars(model.vocab)
+def grammars(model_path: Path) -> Grammars:
+    return Grammars(checking_model(model_path).vocab)
 
 
 def _takes(grammars: Grammars, spec, text: str) -> bool:  # noqa: ANN001
