@@ -3,8 +3,9 @@ history of earlier requests. runtime.py's Runtime (one sequence) and BatchRuntim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,12 @@ from localspec.models.files import say as to_stderr
 from localspec.sampling import make_rng
 from localspec.schema import ConstraintSpec
 from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
-from localspec.speculative.calibrate import load_or_measure
+from localspec.speculative.calibrate import Reads, choose_reads, load_or_measure
+from localspec.speculative.calibration_cache import Calibration
 from localspec.speculative.draft_phase import DraftPhase
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.shape_timing import load_or_measure_shapes
+from localspec.speculative.shapes import Shapes
 from localspec.structured.grammars import Grammars
 from localspec.structured.tool_prompt import tool_calls, tool_prompt
 from localspec.structured.tools import Calls, ToolUse
@@ -104,6 +108,73 @@ def open_target(
         )
     rpc_watch.watch_connections(endpoints)
     return name, path, model, notices
+
+
+@dataclass
+class Opening:
+    """What ``Runtime.open`` and ``BatchRuntime.open`` both do with their target, in the order they do it: the
+    model loaded (``opening``), this device's figures for it measured or read on a context the runtime chooses (its
+    own, or a probe), the context's size said where it is not what was asked, and the history opened. Everything
+    opened goes on ``stack``, which the runtime keeps."""
+
+    settings: Settings
+    name: str
+    path: Path
+    model: Model
+    device: Device
+    stack: ExitStack
+    notices: list[str] = field(default_factory=list)
+    say: Callable[[str], None] | None = None
+    cancelled: Callable[[], bool] | None = None
+
+    @property
+    def sha256(self) -> str:
+        return known_sha256(self.path)
+
+    def reads(self, ctx: Context, rows: int, *, settle: bool = False) -> Reads | None:
+        """How greedy passes of up to ``rows`` rows are read back on this device (token ids or logits), and the
+        context set to read them so (calibrate.choose_reads)."""
+        return choose_reads(ctx, self.sha256, self.device, rows, say=self.say, cancelled=self.cancelled,
+                            settle=settle)
+
+    def shapes(self, ctx: Context, rows: int) -> Shapes:
+        """The pass sizes this device keeps, up to ``rows`` (none on a CPU)."""
+        return load_or_measure_shapes(ctx, self.sha256, self.device, rows, say=self.say, cancelled=self.cancelled)
+
+    def pass_costs(self, ctx: Context, rows: int, *, retry: bool = True) -> Calibration:
+        """What a pass of 1..``rows`` rows costs here (calibrate.load_or_measure)."""
+        return load_or_measure(ctx, self.sha256, self.device, rows, say=self.say, cancelled=self.cancelled,
+                               retry=retry)
+
+    def context_size(self, got: int, *, per_sequence: bool = False) -> None:
+        """Say where the context holds other than the ``--ctx`` asked for."""
+        asked = self.settings.runtime.n_ctx
+        if got == asked or (per_sequence and got > asked):
+            return
+        why = (f"{self.name} was trained on {self.model.n_ctx_train}" if got < asked
+               else "llama.cpp sizes contexts in steps of 256")
+        self.notices.append(f"--ctx {asked} is {got} tokens{' per sequence' if per_sequence else ''} here ({why})")
+
+    def history(self, default: str) -> History | None:
+        return open_history(self.settings, self.path, default, self.notices, self.model.vocab.n_tokens)
+
+    def check_cancelled(self) -> None:
+        if self.cancelled is not None and self.cancelled():  # Ctrl-C after the loads, e.g. while measuring
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def opening(settings: Settings, cancelled: Callable[[], bool] | None = None,
+            say: Callable[[str], None] | None = None) -> Iterator[Opening]:
+    """The target loaded, with what a runtime opens next; on any failure (Ctrl-C included) all of it is closed."""
+    stack = ExitStack()
+    try:
+        name, path, model, notices = open_target(settings, stack, cancelled)
+        yield Opening(settings, name, path, model, Device.of(model, settings.runtime.threads()), stack, notices, say,
+                      cancelled)
+    except BaseException:
+        stack.close()
+        raise
 
 
 def lookup_drafters(kind: str, history: HistoryView | None = None) -> list[Drafter] | None:

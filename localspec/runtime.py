@@ -18,7 +18,7 @@ from localspec.errors import UserError
 from localspec.events import Event
 from localspec.history import LOCAL_SCOPE, History, HistoryView
 from localspec.models.files import known_sha256
-from localspec.opening import (  # noqa: F401  (imported from here by the faces)
+from localspec.opening import (
     Prompts,
     drafts_from,
     lookup_drafters,
@@ -26,9 +26,7 @@ from localspec.opening import (  # noqa: F401  (imported from here by the faces)
     never,
     open_draft_phase,
     open_drafters,
-    open_history,
-    open_target,
-    resolve,
+    opening,
     save_history,
 )
 from localspec.sampling import make_rng
@@ -36,14 +34,13 @@ from localspec.settings import (
     GenerationSettings,
     Settings,
 )
-from localspec.speculative.calibrate import Reads, choose_reads, load_or_measure
+from localspec.speculative.calibrate import Reads, load_or_measure
 from localspec.speculative.calibration_cache import Calibration
 from localspec.speculative.costs import PARALLEL_AUTO_MAX, PassCosts, auto_parallel
 from localspec.speculative.draft_phase import DraftPhase, LaneDrafter
 from localspec.speculative.jobs import Job
 from localspec.speculative.loop import Generator, Target
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.shape_timing import load_or_measure_shapes
 from localspec.speculative.shapes import Shapes
 from localspec.speculative.survival import Survival
 from localspec.structured.grammars import Grammars
@@ -89,54 +86,44 @@ class Runtime(Prompts):
         KeyboardInterrupt. ``say``: what the first start measures, and for how long (stderr when not given).
         ``history_default``: where earlier requests are kept unless the settings say (disk, memory, off)."""
         runtime, speculation, sampling = settings.runtime, settings.speculation, settings.sampling
-        stack = ExitStack()
-        try:
-            name, path, target, notices = open_target(settings, stack, cancelled)
-            device = Device.of(target, runtime.threads())
+        with opening(settings, cancelled, say) as o:
+            target, notices = o.model, o.notices
             # greedy: verify through llama.cpp's backend sampler (token ids, no logits copied) where it has one
             greedy_rows = speculation.k_max + 1 if sampling.greedy else 0
             # trees need a sequence per branch; the context is made for them even while the drafter needs none, so
             # the chat can switch drafters without a new context
-            ctx = stack.enter_context(Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(),
-                                              n_batch=runtime.n_batch, greedy_rows=greedy_rows,
-                                              n_seq=speculation.branches))
+            ctx = o.stack.enter_context(Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(),
+                                                n_batch=runtime.n_batch, greedy_rows=greedy_rows,
+                                                n_seq=speculation.branches))
             # token ids from the backend sampler, or logits: whichever this device reads a pass back faster
-            reads = choose_reads(ctx, known_sha256(path), device, greedy_rows, say=say, cancelled=cancelled)
-            if ctx.n_ctx != runtime.n_ctx:
-                why = (f"{name} was trained on {target.n_ctx_train}" if ctx.n_ctx < runtime.n_ctx
-                       else "llama.cpp sizes contexts in steps of 256")
-                notices.append(f"--ctx {runtime.n_ctx} is {ctx.n_ctx} tokens here ({why})")
-            shapes = load_or_measure_shapes(ctx, known_sha256(path), device, speculation.k_max + 1, say=say,
-                                            cancelled=cancelled)
+            reads = o.reads(ctx, greedy_rows)
+            o.context_size(ctx.n_ctx)
+            shapes = o.shapes(ctx, speculation.k_max + 1)
             policy = DraftPolicy(k_max=speculation.k_max, fixed=speculation.k, branches=speculation.branches,
                                  shapes=shapes, reproducible=sampling.reproducible)
             if speculation.branches > 1 and shapes.active:
                 notices.append(TREES_OFF)
             drafter_name = speculation.drafter
             if drafter_name != "none" and not target.can_rollback:
-                notices.append(f"{name} cannot roll back its cache: speculation is off, decoding plainly")
+                notices.append(f"{o.name} cannot roll back its cache: speculation is off, decoding plainly")
                 drafter_name = "none"
-            history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
+            history = o.history(history_default)
             view = history.view(LOCAL_SCOPE) if history is not None else None
-            drafters = open_drafters(drafter_name, target, speculation, sampling, runtime, policy, stack, cancelled,
-                                      say, drafts_from(view, sampling))
+            drafters = open_drafters(drafter_name, target, speculation, sampling, runtime, policy, o.stack,
+                                      cancelled, say, drafts_from(view, sampling))
             generator = Generator(ctx, target.vocab, drafters, sampling, policy)
             grammars = generator.grammars = Grammars(target.vocab, say, target.path)
             if view is not None:
                 generator.on_end = view.feed
-            rt = cls(name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
-                     settings, device, notices, stack, say=say, history=history)
+            rt = cls(o.name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
+                     settings, o.device, notices, o.stack, say=say, history=history)
             rt._drafters[drafter_name] = drafters
             rt.reads = reads
             rt.grammars = grammars
             if drafters:
                 rt._calibrate(cancelled)
-            if cancelled is not None and cancelled():  # Ctrl-C after the loads, e.g. while calibrating
-                raise KeyboardInterrupt
+            o.check_cancelled()
             return rt
-        except BaseException:
-            stack.close()
-            raise
 
     # -- the façade: what run, chat, bench and the scripts ask of a runtime, so that none reaches into its parts --
 
@@ -293,50 +280,39 @@ class BatchRuntime(Prompts):
         more than ``jobs``). ``history_default``: as Runtime.open's (serve passes "memory")."""
         runtime, speculation = settings.runtime, settings.speculation
         reproducible = settings.sampling.reproducible  # a job seeded as a whole (--seed): its lanes too, see below
-        stack = ExitStack()
-        try:
-            name, path, target, notices = open_target(settings, stack, cancelled)
-            device = Device.of(target, runtime.threads())
+        with opening(settings, cancelled, say) as o:
+            target, notices = o.model, o.notices
             n_max = speculation.k_max + 1
             # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                          greedy_rows=n_max) as probe:
-                reads = choose_reads(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled,
-                                     settle=reproducible)
-                calibration = load_or_measure(probe, known_sha256(path), device, n_max, say=say, cancelled=cancelled,
-                                              retry=not reproducible)
-                shapes = load_or_measure_shapes(probe, known_sha256(path), device, runtime.n_batch, say=say,
-                                                cancelled=cancelled)
+                reads = o.reads(probe, n_max, settle=reproducible)
+                calibration = o.pass_costs(probe, n_max, retry=not reproducible)
+                shapes = o.shapes(probe, runtime.n_batch)
             costs = PassCosts(dict(calibration.seconds), wide_slope=shapes.active)
             measured = PassCosts(dict(calibration.as_measured), wide_slope=shapes.active, frozen=True)
             if parallel is None:
                 parallel = auto_parallel(measured if reproducible else costs, PARALLEL_AUTO_MAX)
             parallel = max(1, min(parallel, jobs or parallel))
-            lanes = stack.enter_context(Lanes(
+            lanes = o.stack.enter_context(Lanes(
                 target, parallel, n_ctx=runtime.n_ctx, n_threads=runtime.threads(), n_batch=runtime.n_batch,
                 max_rows=min(runtime.n_batch, parallel * n_max)))
             if reads is not None and not reads.ids:
                 lanes.context.use_backend_sampler(False)
-            if lanes.n_ctx < runtime.n_ctx:
-                notices.append(f"--ctx {runtime.n_ctx} is {lanes.n_ctx} tokens per sequence here "
-                               f"({name} was trained on {target.n_ctx_train})")
-            if cancelled is not None and cancelled():
-                raise KeyboardInterrupt
+            o.context_size(lanes.n_ctx, per_sequence=True)
+            o.check_cancelled()
             drafts = None
             drafted = model_draft(speculation.drafter, speculation, target)
             if drafted is not None:
-                drafts = open_draft_phase(*drafted, target, parallel, n_max, runtime, stack,
+                drafts = open_draft_phase(*drafted, target, parallel, n_max, runtime, o.stack,
                                           priced=speculation.k is None, say=say, cancelled=cancelled,
                                           retry=not reproducible)
                 if drafts.lanes.n_ctx < lanes.n_ctx:
                     notices.append(f"the draft model's sequences hold {drafts.lanes.n_ctx} tokens, the target's "
                                    f"{lanes.n_ctx}: past that, a sequence drafts without it")
-            history = open_history(settings, path, history_default, notices, target.vocab.n_tokens)
-            return cls(name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, device,
-                       notices, calibration, shapes, stack, history, say=say, measured_costs=measured, drafts=drafts)
-        except BaseException:
-            stack.close()
-            raise
+            history = o.history(history_default)
+            return cls(o.name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, o.device,
+                       notices, calibration, shapes, o.stack, history, say=say, measured_costs=measured, drafts=drafts)
 
     def make_generator(self, lane: Target, job: Job) -> Generator:
         """A sequence's own loop: fresh drafters and acceptance statistics (its job's drafter and k, else the

@@ -20,7 +20,7 @@ from localspec.history import History, disk
 from localspec.history import history as history_module
 from localspec.history.disk import history_path, write
 from localspec.history.store import Shelf
-from localspec.runtime import save_history
+from localspec.opening import save_history
 from localspec.settings import HistorySettings
 
 MODEL = "a" * 64

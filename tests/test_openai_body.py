@@ -142,7 +142,7 @@ def test_a_body_nested_too_deeply_is_bad_json_not_a_crash() -> None:
 def test_the_drafters_a_body_may_ask_for_are_those_that_need_no_model() -> None:
     # one list (settings.MODEL_FREE_DRAFTERS) for the body reader and the replay: each drafter on it is built
     # without a model, and every other one needs one
-    from localspec.runtime import lookup_drafters
+    from localspec.opening import lookup_drafters
     from localspec.settings import DRAFTERS as ALL
     from localspec.settings import MODEL_FREE_DRAFTERS as DRAFTERS
 

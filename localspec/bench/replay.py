@@ -23,8 +23,8 @@ from localspec.bench.runner import split_variant
 from localspec.drafters.base import Draft
 from localspec.errors import UserError
 from localspec.events import Finished, Stats
+from localspec.opening import lookup_drafters
 from localspec.passes import Part
-from localspec.runtime import lookup_drafters
 from localspec.settings import MODEL_FREE_DRAFTERS, GenerationSettings, SamplingSettings
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.jobs import Job

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from localspec.errors import STOPPING
 from localspec.events import Event, Finished, Prefill, Step
-from localspec.runtime import BatchRuntime, save_history
+from localspec.opening import save_history
+from localspec.runtime import BatchRuntime
 from localspec.serve.metrics import Metrics
 from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.scheduler import Scheduler
