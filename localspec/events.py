@@ -85,6 +85,10 @@ class Stats:
     forced_drafted: int = 0
     forced_accepted: int = 0
     grammar_seconds: float = 0.0
+    # passes that verified no draft (one row, as every pass of target-only decoding), and their seconds: what a
+    # target-only step costs in this very answer (tui/speedup.py)
+    plain_passes: int = 0
+    plain_seconds: float = 0.0
     stop_reason: str = ""
 
     @property
@@ -105,9 +109,9 @@ class Stats:
         self.generated_tokens += len(step.emitted)
         self.drafted += len(step.accepted) + len(step.rejected) + sum(len(run) for run in step.rejected_branches)
         self.accepted += len(step.accepted)
-        if step.kind.startswith(CACHE_KIND):
-            self.cache_drafted += len(step.accepted) + len(step.rejected)
-            self.cache_accepted += len(step.accepted)
+        if step.kind.startswith(CACHE_KIND):  # what earlier answers drafted: after any tokens a grammar forced
+            self.cache_drafted += len(step.accepted) + len(step.rejected) - step.forced
+            self.cache_accepted += max(0, len(step.accepted) - step.forced)
         if step.forced:
             self.forced_drafted += step.forced
             self.forced_accepted += min(step.forced, len(step.accepted))
@@ -117,6 +121,9 @@ class Stats:
         self.draft_seconds += step.draft_seconds
         self.verify_seconds += step.verify_seconds
         n_drafted = len(step.accepted) + len(step.rejected)
+        if not step.k:
+            self.plain_passes += 1
+            self.plain_seconds += step.verify_seconds
         while len(self.accepted_by_position) < n_drafted:
             self.accepted_by_position.append([0, 0])
         for i in range(n_drafted):

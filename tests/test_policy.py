@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import pytest
+
 from localspec.drafters.base import Draft
 from localspec.drafters.ngram import NgramDrafter
 from localspec.speculative.policy import DraftPolicy
-from localspec.speculative.survival import Survival
+from localspec.speculative.survival import DECAY, Survival
 
 # seconds per target pass by batch size, shaped like the CPU measurements (multiples of 4 are cheap)
 COSTS = {1: 0.012, 2: 0.023, 3: 0.028, 4: 0.030, 5: 0.048, 6: 0.050, 7: 0.058, 8: 0.042,
@@ -101,6 +103,18 @@ def test_a_model_drafter_is_capped_before_it_proposes_and_never_trimmed() -> Non
     assert 0 < max(caps) <= 2
     proposal = Draft(PASSAGE[:5], None, "fast", "fast")
     assert p.trim(proposal, fast) is proposal
+
+
+def test_forced_tokens_are_learned_as_their_own_and_never_priced_into_a_model_drafters_tokens() -> None:
+    # a grammar forced 6 tokens, then the draft model proposed 2 in 0.02 s: 0.01 s a token, not 0.0025; the forced
+    # tokens' acceptance is theirs, the model's is that of its own 2 (1 of them accepted)
+    p = policy()
+    p.calibrate_drafter("draft", 0.005)
+    p.observe(Draft([1, 2, 3, 4, 5, 6, 7, 8], None, "draft", "draft", forced=6), 7, 0.02, COSTS[9],
+              [1, 2, 3, 4, 5, 6, 7, 99])
+    assert p._draft_cost["draft"] == pytest.approx(DECAY * 0.005 + (1 - DECAY) * 0.01)
+    assert p.learned["forced"].reached == [1.0] * 6 and p.learned["forced"].accepted == [1.0] * 6
+    assert p.learned["draft"].reached == [1.0, 1.0] and p.learned["draft"].accepted == [1.0, 0.0]
 
 
 def test_a_lookup_may_propose_all_the_room_allows() -> None:

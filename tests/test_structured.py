@@ -5,7 +5,7 @@ sampled distribution the grammar's mask defines (chi-square)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import localspec as api
 from localspec.cli import app
+from localspec.drafters.base import Draft, Drafter
 from localspec.events import Finished, Step
 from localspec.openai_body import BodyError, parse_body
 from localspec.runtime import Runtime
@@ -29,6 +30,8 @@ from localspec.settings import (
     Settings,
     SpeculationSettings,
 )
+from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.survival import Survival
 from tests.conftest import assert_one_line_error
 from tests.lossless import assert_lossless, margin
 from tests.stats_helpers import chi_square, chi_square_critical, told_apart
@@ -191,6 +194,72 @@ def test_thirty_pairs_under_ngram_drafts_are_lossless_under_their_grammar(rt: Ru
         tokens += finished.stats.generated_tokens
     assert forced and accepted >= 0.9 * forced  # forced tokens are drafts the target nearly always takes
     assert tokens / passes > 1.5  # drafts under a schema pay in tokens a pass
+
+
+def _lookup_acceptance(policy: DraftPolicy) -> tuple[float, float]:
+    """(accepted, reached) over every draft position of the sequence's own lookups, as the policy learned them."""
+    survivals = [s for kind, s in policy.learned.items() if kind.startswith("ngram")]
+    return sum(sum(s.accepted) for s in survivals), sum(sum(s.reached) for s in survivals)
+
+
+class _Recorded:
+    """The real lookup drafter, with what it proposed after which history written down."""
+
+    def __init__(self, inner: Drafter) -> None:
+        self.inner, self.name, self.lookup = inner, inner.name, inner.lookup
+        self.proposals: list[tuple[str, int, list[int]]] = []
+
+    def begin(self, history: Sequence[int]) -> None:
+        self.inner.begin(history)
+
+    def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
+        draft = self.inner.propose(history, cap, width)
+        self.proposals.append((draft.kind, len(history), list(draft.tokens)))
+        return draft
+
+    def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
+        self.inner.accept(history, n_accepted, verified)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_lookups_under_a_schema_learn_what_their_proposals_earn(model_path: Path) -> None:
+    # a lookup under a grammar proposes after the forced tokens; scored against the emitted tokens from the first
+    # forced one, its first position was a miss whenever a forced token led, and the lookups were trimmed away under
+    # schemas. Each proposal is scored here against the text from where it was made, in the order made
+    settings = Settings(str(model_path), RuntimeSettings(n_ctx=1024), SpeculationSettings(drafter="ngram"),
+                        history=HistorySettings("off"))
+    learned, truth = [0.0, 0.0], [0.0, 0.0]
+    with Runtime.open(settings) as rt:
+        for schema, prompt in PAIRS[::3]:
+            recorded = _Recorded(rt.generator.drafters[0])
+            rt.generator.drafters = [recorded]
+            rt.fresh()
+            prompt_ids = rt.prompt_tokens(prompt)
+            spec = spec_for(schema, prompt)
+            text = list(prompt_ids)
+            forced, ended = 0, ""
+            for event in rt.generate(prompt_ids, GenerationSettings(max_tokens=MAX_TOKENS, constraint=spec)):
+                if isinstance(event, Step):
+                    text += [t.id for t in event.emitted]
+                    forced += event.forced
+                elif isinstance(event, Finished):
+                    ended = event.reason
+            assert forced
+            by_kind: dict[str, Survival] = {}  # learned per kind, as the policy learns them
+            for kind, at, tokens in recorded.proposals:
+                ahead = text[at:at + len(tokens)]
+                matched = next((j for j, (a, b) in enumerate(zip(tokens, ahead)) if a != b), len(ahead))
+                # a proposal that ran on where the answer ended (its end token, not in the text) missed there
+                missed_end = ended == "eog" and matched == len(ahead) < len(tokens)
+                by_kind.setdefault(kind, Survival()).update(matched, len(ahead) + missed_end)
+            for i, v in enumerate(_lookup_acceptance(rt.generator.policy)):
+                learned[i] += v
+            truth[0] += sum(sum(s.accepted) for s in by_kind.values())
+            truth[1] += sum(sum(s.reached) for s in by_kind.values())
+    assert truth[1] > 20  # positions scored: enough to tell 2 points apart
+    assert abs(learned[0] / learned[1] - truth[0] / truth[1]) <= 0.02, (learned, truth)
 
 
 def test_drafts_from_earlier_answers_and_a_draft_model_stay_lossless(rt: Runtime, model_path: Path) -> None:

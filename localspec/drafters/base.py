@@ -14,6 +14,9 @@ from typing import Protocol
 
 from localspec.sampling import Distribution
 
+# the kind (and drafter) of a grammar's forced tokens (structured/constraint.py): learned apart from any drafter's
+FORCED = "forced"
+
 
 @dataclass(frozen=True, slots=True)
 class Draft:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from localspec.drafters.base import Draft, Drafter
+from localspec.drafters.base import FORCED, Draft, Drafter
 from localspec.events import CACHE_KIND
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.pass_sizes import PassSizes
@@ -137,20 +137,21 @@ class DraftPolicy(PassSizes):
         trees on a GPU")."""
         return self.branches if drafter.lookup and not self.shapes.active else 1
 
-    def trim(self, draft: Draft, drafter: Drafter) -> Draft:
+    def trim(self, draft: Draft, drafter: Drafter, after: Sequence[int] = ()) -> Draft:
         """Keep as much of a lookup's proposal as its kind has earned, as a chain or a tree of its first
         candidates; the whole proposal is learned in hindsight. Of a proposal's two sources (earlier requests' and
         the sequence's own: ``Draft.fallback``) the one whose kind has earned more goes first; the other is learned
         in hindsight too, and trimmed in its turn where the first is trimmed to nothing (not on a device with pass
-        shapes, one sequence: each trim counts a step of the kept pass sizes there)."""
+        shapes, one sequence: each trim counts a step of the kept pass sizes there). ``after``: the tokens a grammar
+        forces before the proposal (it was made after them); it is scored from where it begins."""
         if not drafter.lookup or not draft.tokens:
             return draft
         first, second = self._ranked(draft)
-        trimmed = self._trim(first)
+        trimmed = self._trim(first, after)
         if second is not None:
             if not trimmed.tokens and not self.keeps_size:
-                return self._trim(second)
-            self._watched.append(Watched([second.tokens], [self._survival_of(second.kind)]))
+                return self._trim(second, after)
+            self._watched.append(Watched([second.tokens], [self._survival_of(second.kind)], after=tuple(after)))
         return trimmed
 
     def _ranked(self, draft: Draft) -> tuple[Draft, Draft | None]:
@@ -168,14 +169,14 @@ class DraftPolicy(PassSizes):
 
         return (other, draft) if worth(other) > worth(draft) else (draft, other)
 
-    def _trim(self, draft: Draft) -> Draft:
+    def _trim(self, draft: Draft, after: Sequence[int] = ()) -> Draft:
         candidates = draft.candidates
         survivals = [self._survival_of(_wide(draft.kind, w)) for w in range(1, len(candidates) + 1)]
         depths = self.depths if self.keeps_size else None
         if depths is not None:
             depths.record()
         self._watched.append(Watched(candidates, survivals, depths=depths,
-                                      born=depths.steps if depths is not None else 0))
+                                      born=depths.steps if depths is not None else 0, after=tuple(after)))
         self._proposal = candidates[0]
         if depths is not None:
             self._step_depth = self._depth(draft)  # the pass's size for this step, chosen once (``pad`` uses it)
@@ -296,16 +297,32 @@ class DraftPolicy(PassSizes):
         steady = not self.shapes.active or self.warmup.step(rows) == STEADY
         if priced and steady:
             self.costs.update(rows, verify_seconds)
-        if drafted and draft is not self._trimmed:  # a trimmed proposal is scored in hindsight, not twice
-            self._survival_of(draft.kind).update(accepted, drafted)
+        # a grammar's forced tokens lead the draft: learned as their own kind, and what the drafter proposed after
+        # them (``own``) as the drafter's, from where it began
+        forced = min(draft.forced, drafted)
+        if forced:
+            self._survival_of(FORCED).update(min(accepted, forced), forced)
+        own = drafted - forced if accepted >= forced else 0  # a forced token refused: the rest was never reached
+        if own and not self._watched_rest(draft):  # a trimmed proposal is scored in hindsight, not twice
+            self._survival_of(draft.kind).update(accepted - forced, own)
         self._trimmed = None
         self._proposal, self._step_depth = [], None  # the step is over: nothing of it pads the next one
         self._watched = [w for w in self._watched if not w.advance(emitted)]
-        # a lookup costs about the same whatever its length (tens of µs): only a model drafter pays per token
-        if drafted and drafter in self._drafter_calibration and not self.reproducible:
-            per_token = draft_seconds / drafted
+        # a lookup costs about the same whatever its length (tens of µs): only a model drafter pays per token, and
+        # only for the tokens it drafted
+        if own and drafter in self._drafter_calibration and not self.reproducible:
+            per_token = draft_seconds / own
             old = self._draft_cost.get(drafter)
             self._draft_cost[drafter] = per_token if old is None else DECAY * old + (1 - DECAY) * per_token
+
+    def _watched_rest(self, draft: Draft) -> bool:
+        """The draft is this step's trimmed lookup proposal, which its Watched scores: as trimmed, or as a grammar
+        left it (forced tokens before it, its tail cut where the grammar forbids it)."""
+        trimmed = self._trimmed
+        if draft is trimmed:
+            return True
+        return (trimmed is not None and bool(trimmed.tokens) and draft.drafter == trimmed.drafter
+                and draft.kind == trimmed.kind)
 
     def plain_seconds_per_token(self) -> float:
         """What one plain decoding step costs on the corrected curve (0 before anything was measured)."""

@@ -68,6 +68,10 @@ class Watched:
     alive: list[bool] = field(default_factory=list)  # the candidates that matched every token so far
     depths: Depths | None = None  # told each token the proposal got right (a device with pass shapes) ...
     born: int = 0  # ... as of the step it was made (depths' age)
+    # the tokens a grammar forced before the proposal, which it was made after: skipped, not scored (the proposal
+    # begins after them); a different token there, and the proposal's premise never held: nothing is scored
+    after: tuple[int, ...] = ()
+    skipped: int = 0  # of ``after``, seen emitted so far
 
     def advance(self, emitted: Sequence[int]) -> bool:
         """Score each position as soon as its token is known; True once the proposal is settled.
@@ -78,7 +82,13 @@ class Watched:
         """
         if not self.alive:
             self.alive = [True] * len(self.candidates)
+        after = self.after
         for token in emitted:
+            if self.skipped < len(after):
+                if token != after[self.skipped]:
+                    return True
+                self.skipped += 1
+                continue
             j = self.matched
             reached = False  # some alive candidate among the first w reaches position j
             ok = False  # ... and holds the emitted token there

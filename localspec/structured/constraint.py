@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from localspec.drafters.base import Draft, Verdict
+from localspec.drafters.base import FORCED, Draft, Verdict
 from localspec.sampling import Distribution, shape, shape_candidates, top_k
 from localspec.settings import SamplingSettings
 
@@ -70,6 +70,8 @@ class Constraint:
         self.close_at: int | None = None
         self._closers = closers if closers is not None else np.zeros(0, dtype=np.int64)
         self._open = _Nesting()
+        self._pending: list[int] = []  # consumed tokens the matcher has not stepped past yet (``_step``)
+        self._validated: tuple[int, ...] = ()  # the last proposal's tokens, each allowed where it stands
 
     @property
     def failed(self) -> bool:
@@ -87,6 +89,7 @@ class Constraint:
         """The forced tokens (up to ``room``), then what ``drafts`` proposes after them, cut at its first token
         the grammar forbids. Drafts lose their probabilities: under a mask the draft model's q is not the
         distribution its tokens were drawn from, so they are verified as one-hot proposals (exact either way)."""
+        self._validated = ()
         if not self.active:  # free text until a trigger: the drafts as they are, verified one-hot
             draft = drafts(history, room)
             return replace(draft, dists=None) if draft.dists else draft
@@ -104,10 +107,13 @@ class Constraint:
             if forced:
                 matcher.rollback(len(forced))
         self.seconds += (t1 - t0) + (time.perf_counter() - t2)
+        self._validated = (*forced, *rest.tokens[:n])
         if not forced:
             return replace(rest, tokens=rest.tokens[:n], dists=None) if n < len(rest) or rest.dists else rest
-        kind = f"forced+{rest.kind}" if n else "forced"
-        return Draft([*forced, *rest.tokens[:n]], None, rest.drafter if n else "forced", kind, forced=len(forced))
+        # the kind is the drafter's own: the forced tokens are counted apart (``forced``), and learned as their own
+        # kind, never as a lookup's or a draft model's tokens (policy.DraftPolicy.observe)
+        return Draft([*forced, *rest.tokens[:n]], None, rest.drafter if n else FORCED,
+                     rest.kind if n else FORCED, forced=len(forced))
 
     # -- verify: each row's token, the grammar's state stepping along the accepted ones --
 
@@ -116,31 +122,43 @@ class Constraint:
         rng_at: Callable[[int], np.random.Generator], position: int = 0,
     ) -> Verdict:
         """Keep the draft while each token is the one the target picks under the grammar; row i's pick sees the
-        grammar after ``draft[:i]``. Consumes what the verdict emits. ``position``: where row 0's token lands."""
-        for i, x in enumerate(draft):
-            y = self._pick(outputs[i], sampling, rng_at, i, position)
-            if y != x:
+        grammar after ``draft[:i]``. Consumes what the verdict emits, an accepted run at once (the matcher steps
+        only where a pick must look at it). ``position``: where row 0's token lands."""
+        # the tokens ``propose`` validated lead the draft; a GPU's padding after them was never validated
+        validated = self._validated
+        try:
+            for i, x in enumerate(draft):
+                y = self._pick(outputs[i], sampling, rng_at, i, position,
+                               x if i < len(validated) and validated[i] == x else None)
                 self._consume(y)
-                return Verdict(i, y)
-            self._consume(x)
-        y = self._pick(outputs[len(draft)], sampling, rng_at, len(draft), position)
-        self._consume(y)
-        return Verdict(len(draft), y)
+                if y != x:
+                    return Verdict(i, y)
+            y = self._pick(outputs[len(draft)], sampling, rng_at, len(draft), position)
+            self._consume(y)
+            return Verdict(len(draft), y)
+        finally:
+            self._validated = ()
+            self._step()
 
     def _pick(self, row: np.ndarray, sampling: SamplingSettings, rng_at: Callable[[int], np.random.Generator],
-              i: int, position: int = 0) -> int:
+              i: int, position: int = 0, drafted: int | None = None) -> int:
         if not self.active:
             return int(row.argmax()) if sampling.greedy else shape(row, sampling).sample(rng_at(i))
         if self.close_at is not None and position + i >= self.close_at:
+            self._step()
             return self._close(row)
         if sampling.greedy:
             token = int(row.argmax())  # what the pass's own read costs anyway: not the grammar's time
+            if token == drafted and token not in self.eog:
+                return token  # the draft's own, which ``propose`` validated at this very place
+            self._step()
             t0 = time.perf_counter()
             if not self.allows(token):
                 ids = self._allowed_ids()
                 token = int(ids[row[ids].argmax()]) if len(ids) else self._stuck()
             self.seconds += time.perf_counter() - t0
             return token
+        self._step()
         return self.distribution(row, sampling).sample(rng_at(i))
 
     def _close(self, row: np.ndarray) -> int:
@@ -167,15 +185,25 @@ class Constraint:
         return self.matcher.validate_tokens([token]) == 1
 
     def _consume(self, token: int) -> None:
+        """``token`` is emitted: the grammar steps past it when a pick next looks at it (``_step``)."""
         if not self.active:
             self._watch(token)
             return
         if token not in self.eog and not self.dead_end:
-            t0 = time.perf_counter()
-            self.matcher.consume_token(token)
-            if self.close_at is not None and self._piece is not None:
+            self._pending.append(token)
+
+    def _step(self) -> None:
+        """The matcher stepped past the tokens consumed since it last was, in one call."""
+        pending = self._pending
+        if not pending:
+            return
+        t0 = time.perf_counter()
+        self.matcher.consume_tokens(pending)
+        if self.close_at is not None and self._piece is not None:
+            for token in pending:
                 self._open.feed(self._piece(token))
-            self.seconds += time.perf_counter() - t0
+        self._pending = []
+        self.seconds += time.perf_counter() - t0
 
     def _watch(self, token: int) -> None:
         """Before the trigger: has this token completed it? Then the grammar holds from the next token on."""
