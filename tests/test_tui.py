@@ -438,7 +438,8 @@ def test_the_speedup_is_an_estimate_never_above_the_tokens_per_pass(tmp_path: Pa
     from localspec.tui.live import LiveAnswer
 
     app = ChatApp(options(tmp_path / "none.gguf"), runtime_factory=no_model)
-    stats = Stats(generated_tokens=13, target_passes=10, decode_seconds=0.52, stop_reason="eog")
+    stats = Stats(generated_tokens=13, target_passes=10, decode_seconds=0.52, drafted=6, accepted=3,
+                  stop_reason="eog")
 
     async def body(pilot: Pilot[ChatApp]) -> None:
         await until(pilot, lambda: bool(app.query(".notice.error")))
@@ -453,6 +454,27 @@ def test_the_speedup_is_an_estimate_never_above_the_tokens_per_pass(tmp_path: Pa
         assert "25.00×" not in text
 
     drive(app, body)
+
+
+def test_the_speedup_of_an_answer_that_drafted_nothing_is_one_and_else_prices_its_own_plain_passes() -> None:
+    # a code rename that drafted nothing showed 0.91x: the calibration's plain step, measured apart from the chat's
+    # own work, against an answer that ran target-only's very passes
+    from localspec.events import Stats
+    from localspec.tui.speedup import estimate_speedup
+
+    nothing = Stats(generated_tokens=20, target_passes=20, decode_seconds=0.55, plain_passes=20, plain_seconds=0.5)
+    estimate = estimate_speedup(nothing, 0.025)
+    assert estimate is not None and estimate.shown == 1.0 and estimate.source == "nothing drafted"
+    # drafted: target-only's step is what this answer's own one-row passes cost (10 ms), not the calibration's 25
+    drafted = Stats(generated_tokens=30, target_passes=15, decode_seconds=0.3, drafted=20, accepted=15,
+                    plain_passes=5, plain_seconds=0.05)
+    estimate = estimate_speedup(drafted, 0.025)
+    assert estimate is not None and estimate.source == "answer" and estimate.shown == pytest.approx(30 * 0.01 / 0.3)
+    # too few of its own: the calibration's
+    few = Stats(generated_tokens=30, target_passes=15, decode_seconds=0.3, drafted=20, accepted=15, plain_passes=2,
+                plain_seconds=0.02)
+    estimate = estimate_speedup(few, 0.025)
+    assert estimate is not None and estimate.source == "calibration" and estimate.plain_seconds == 0.025
 
 
 def test_the_stats_line_under_an_answer_is_shown_whole_at_120_columns(tmp_path: Path) -> None:

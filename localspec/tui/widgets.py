@@ -316,6 +316,10 @@ class StatsPanel(Vertical):
             if estimate.capped:  # the plain-step cost is off: say so, with the figure it would have given
                 detail = (f"est., capped at {estimate.ceiling:.2f} tokens/pass\n({ms:.1f} ms per plain step would"
                           f" give {estimate.raw:.2f}×)")  # fmt: skip
+            elif estimate.source == "nothing drafted":
+                detail = "nothing was drafted: target-only's own passes"
+            elif estimate.source == "answer":
+                detail = f"est. from this answer's plain passes ({ms:.1f} ms)"
             else:
                 detail = f"est. from {ms:.1f} ms per plain step"
             mark = "≤ " if estimate.capped else ""
