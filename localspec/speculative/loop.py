@@ -213,9 +213,11 @@ class Generator:
         """The policy caps each drafter, the drafter proposes, the policy trims: the first draft left wins. Under a
         grammar, its forced tokens lead and the drafters continue after them, cut where the grammar forbids."""
         if self.constraint is not None and self.drafters:  # --drafter none drafts nothing, forced tokens included
-            # the drafters propose after the forced tokens (h: history + forced), and are scored from there
+            # the drafters propose after the forced tokens (h: history + forced), and are scored from there; the
+            # two together fill at most one pass, as any draft (k_max: the rows a context scores)
             return self.constraint.propose(
-                history, room, lambda h, r: self._lookup(h, r, 1, h[len(history):]) if drafted is None else drafted)
+                history, min(room, self.policy.k_max),
+                lambda h, r: self._lookup(h, r, 1, h[len(history):]) if drafted is None else drafted)
         return self._lookup(history, room) if drafted is None else drafted
 
     def _lookup(self, history: list[int], room: int, width: int | None = None, after: Sequence[int] = ()) -> Draft:
