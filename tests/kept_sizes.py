@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
+import localspec.opening
 import localspec.runtime
 from localspec.speculative.calibration_cache import Calibration
 from localspec.speculative.shape_timing import ShapeTiming
@@ -38,14 +39,19 @@ def forced_kept_sizes(timing: ShapeTiming = H200) -> Iterator[Shapes]:
     """While open, every runtime opened (one sequence or a batch) keeps ``timing``'s sizes and prices passes as the
     H200 did (nothing is written to the calibration cache)."""
 
-    def kept(ctx: object, model_hash: str, device: object, n_max: int, **_: object) -> Shapes:
+    def kept(opening: object, ctx: object, n_max: int) -> Shapes:
         return timing.shapes(n_max)
 
     def costs(ctx: object, model_hash: str, device: object, n_max: int, **_: object) -> Calibration:
         return h200_calibration(n_max)
 
+    def target_costs(opening: object, ctx: object, n_max: int, **_: object) -> Calibration:
+        return h200_calibration(n_max)
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(localspec.runtime, "load_or_measure_shapes", kept)
+        # the target's figures, as both runtimes open it (opening.Opening), and a sequence's calibration after
+        mp.setattr(localspec.opening.Opening, "shapes", kept)
+        mp.setattr(localspec.opening.Opening, "pass_costs", target_costs)
         mp.setattr(localspec.runtime, "load_or_measure", costs)
         shapes = timing.shapes(17)
         assert shapes.active, "the forced timing keeps no sizes: the fixture would test a CPU's path"
