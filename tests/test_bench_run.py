@@ -123,6 +123,31 @@ def test_tiny_real_bench_writes_the_json_schema_and_a_png(tmp_path: Path) -> Non
     assert matplotlib.image.imread(out / "bench.png").ndim == 3
 
 
+def test_a_bench_under_json_schemas_reports_forced_tokens_and_valid_answers(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
+              "age": {"type": "integer", "minimum": 0, "maximum": 130}}, "required": ["name", "age"],
+              "additionalProperties": False}
+    prompt = ('Extract the fields as JSON.\nText: Anna Schmidt is 34.\nJSON: {"name": "Anna Schmidt", "age": 34}\n'
+              "Text: Marco Rossi is 51.\nJSON: ")
+    suite = _suite(tmp_path, "\n".join(json.dumps(row) for row in [
+        {"id": "whole", "category": "spaced", "max_tokens": 32, "prompt": prompt, "schema": schema},
+        {"id": "cut", "category": "cut", "max_tokens": 3, "prompt": prompt, "schema": schema},  # cut off: invalid
+    ]) + "\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none,ngram", "--repeat", "1",
+                                      "--ctx", "512", "--json", "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    by = {(g["category"], g["drafter"]): g for g in json.loads(result.stdout)["groups"]}
+    assert (by[("spaced", "none")]["valid_runs"], by[("spaced", "none")]["checked_runs"]) == (1, 1)
+    assert (by[("cut", "ngram")]["valid_runs"], by[("cut", "ngram")]["checked_runs"]) == (0, 1)
+    spaced = by[("spaced", "ngram")]
+    assert spaced["valid_runs"] == 1 and spaced["forced_accepted"] == spaced["forced_drafted"] > 0
+    assert by[("spaced", "none")]["forced_drafted"] == 0  # target-only drafts nothing, forced tokens included
+    table = (out / "bench.md").read_text()
+    assert "| forced | valid |" in table
+    assert f"| {spaced['forced_accepted']}/{spaced['forced_drafted']} | 1/1 |" in table
+
+
 def test_bench_out_survives_a_chart_that_crashes_and_exits_0(tmp_path: Path, model_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # the chart is drawn in a child process, after bench.json and bench.md are written; here matplotlib's import

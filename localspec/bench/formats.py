@@ -29,7 +29,9 @@ def to_json(report: Report) -> dict[str, Any]:
          "median_acceptance_rate": _r(g.acceptance_rate), "median_tokens_per_pass": _r(g.mean_accepted_length),
          "median_tree_pass_share": _r(g.tree_share),
          "median_branches_per_tree_pass": _r(g.branches_per_tree_pass, 2),
-         "identical_runs": g.identical_runs, "compared_runs": g.compared_runs}
+         "identical_runs": g.identical_runs, "compared_runs": g.compared_runs,
+         "forced_drafted": g.forced_drafted, "forced_accepted": g.forced_accepted,
+         "valid_runs": g.valid_runs, "checked_runs": g.checked_runs}
         for g in report.groups()
     ]
     # the same speedups nested by drafter and category (the shape older readers of bench.json know)
@@ -57,7 +59,9 @@ def to_json(report: Report) -> dict[str, Any]:
              "identical_runs": r.identical_runs, "compared_runs": r.compared_runs, "spread": _r(r.spread),
              "divergences": [_divergence_json(rep, d) for rep, d in r.divergences],
              "tree_passes": _r(r.tree_passes, 1), "tree_pass_share": _r(r.tree_share),
-             "branches_per_tree_pass": _r(r.branches_per_tree_pass, 2)}
+             "branches_per_tree_pass": _r(r.branches_per_tree_pass, 2),
+             "forced_drafted": r.forced_drafted, "forced_accepted": r.forced_accepted,
+             "valid_runs": r.valid_runs, "checked_runs": r.checked_runs}
             for r in report.results
         ],
         "summary": summary,
@@ -75,9 +79,11 @@ def to_document(report: Report, replayed: Report | None) -> dict[str, Any]:
 
 # ---- terminal and Markdown tables ----------------------------------------------------------------------------------
 
-# the tree columns come last, after the lossless check, so that existing readers of the table keep their columns
+# the tree columns come last, after the lossless check, so that existing readers of the table keep their columns;
+# under JSON schemas, the forced tokens accepted of those drafted and the valid answers after them
 _HEADERS = ("category", "drafter", "tok/s", "speedup", "accepted", "tokens/pass", "identical", "tree passes",
             "branches/tree")
+_SCHEMA_HEADERS = ("forced", "valid")
 IDENTICAL = _HEADERS.index("identical")
 
 
@@ -91,6 +97,16 @@ def _cells(g: GroupResult) -> tuple[str, ...]:
         _identical_cell(g),
         *_tree_cells(g.tree_share, g.branches_per_tree_pass),
     )
+
+
+def _schema_cells(g: GroupResult) -> tuple[str, str]:
+    return ("–" if not g.forced_drafted else f"{g.forced_accepted}/{g.forced_drafted}",
+            "–" if not g.checked_runs else f"{g.valid_runs}/{g.checked_runs}")
+
+
+def _schemas(report: Report) -> bool:
+    """Whether any prompt ran under a JSON schema: the table then shows its columns."""
+    return any(r.checked_runs for r in report.results)
 
 
 def _tree_cells(share: float | None, per_tree: float | None) -> tuple[str, str]:
@@ -113,14 +129,15 @@ def _identical_cell(g: GroupResult) -> str:
 
 def render_table(report: Report) -> Table:
     table = Table(title=report.title(), title_justify="left")
-    for i, h in enumerate(_HEADERS):
+    schemas = _schemas(report)
+    for i, h in enumerate(_HEADERS + (_SCHEMA_HEADERS if schemas else ())):
         table.add_column(h, justify="left" if i < 2 else "right")
     previous = None
     for g in report.groups():
         if previous is not None and g.category != previous:
             table.add_section()
         previous = g.category
-        cells = list(_cells(g))
+        cells = list(_cells(g)) + (list(_schema_cells(g)) if schemas else [])
         if g.beyond_margin:
             cells[IDENTICAL] = f"[bold red]{cells[IDENTICAL]}[/]"
         elif g.near_ties or g.unclassified:
@@ -154,8 +171,13 @@ def to_markdown(report: Report, chart: str | None = None) -> str:
                      "calibrated on that device's cost table; tok/s and speedups are priced there, not timed")
     if report.interrupted:
         lines.append(f"- **partial**: interrupted after {report.finished_runs} of {report.planned_runs} runs")
-    lines += ["", "## By category and drafter", "", _md_row(_HEADERS), _md_row(("---",) * len(_HEADERS))]
-    lines += [_md_row(_cells(g)) for g in report.groups()]
+    schemas = _schemas(report)
+    if schemas:
+        lines.append("- under a JSON schema: forced is the tokens its grammar forced, accepted of drafted; valid is "
+                     "the answers that parse and validate under the schema, of all its runs")
+    headers = _HEADERS + (_SCHEMA_HEADERS if schemas else ())
+    lines += ["", "## By category and drafter", "", _md_row(headers), _md_row(("---",) * len(headers))]
+    lines += [_md_row(_cells(g) + (_schema_cells(g) if schemas else ())) for g in report.groups()]
     if chart:
         lines += ["", f"![speedup by category and drafter]({chart})"]
     lines += ["", "## Per prompt", "",

@@ -68,6 +68,11 @@ class RunRecord:
     target_passes: int | None = None
     tree_passes: int | None = None
     branches: int | None = None
+    # under a JSON schema (None elsewhere): the tokens its grammar forced, drafted and accepted, and whether the
+    # answer parses and validates under the schema (an answer cut off by max_tokens does not)
+    forced_drafted: int | None = None
+    forced_accepted: int | None = None
+    valid: bool | None = None
 
     @property
     def tree_share(self) -> float | None:

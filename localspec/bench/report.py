@@ -61,6 +61,11 @@ class PromptResult:
     tree_passes: float | None = None
     tree_share: float | None = None
     branches_per_tree_pass: float | None = None
+    # under a JSON schema, over all repeats: forced tokens drafted and accepted, answers valid of those checked
+    forced_drafted: int = 0
+    forced_accepted: int = 0
+    valid_runs: int = 0
+    checked_runs: int = 0
 
 
 @dataclass(slots=True)
@@ -81,6 +86,10 @@ class GroupResult:
     unclassified: int  # no gap measured (anchors are compared by text; interrupted classification)
     tree_share: float | None = None  # median over prompts of the share of target passes that verified a token tree
     branches_per_tree_pass: float | None = None  # median over the prompts that verified trees
+    forced_drafted: int = 0  # under JSON schemas, summed over the prompts: forced tokens drafted, accepted
+    forced_accepted: int = 0
+    valid_runs: int = 0  # answers that parse and validate under their schema, of those checked
+    checked_runs: int = 0
 
 
 @dataclass(slots=True)
@@ -173,6 +182,10 @@ def build_report(
             _median(r.tree_passes for r in runs),
             _median(r.tree_share for r in runs),
             _branches_per_tree_pass(runs),
+            sum(r.forced_drafted or 0 for r in runs),
+            sum(r.forced_accepted or 0 for r in runs),
+            sum(1 for r in runs if r.valid),
+            sum(1 for r in runs if r.valid is not None),
         ))
     cats = list(categories) if categories is not None else list(dict.fromkeys(r.category for r in records))
     return Report(model, machine, suite, command, list(drafters), repeat, results, cats, interrupted,
@@ -199,4 +212,8 @@ def _group(category: str, drafter: str, results: list[PromptResult]) -> GroupRes
         sum(1 for d in divs if d.near_tie is None),
         _median(r.tree_share for r in results),
         _median(r.branches_per_tree_pass for r in results),
+        sum(r.forced_drafted for r in results),
+        sum(r.forced_accepted for r in results),
+        sum(r.valid_runs for r in results),
+        sum(r.checked_runs for r in results),
     )

@@ -11,6 +11,7 @@ inherits another's acceptance; what a pass costs on this machine is the machine'
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -239,13 +240,28 @@ class Bench:
             return None
         s = finished.stats
         drafted = drafter != BASELINE
+        text = "".join(pieces) + finished.tail
+        schema = prompt.constraint is not None and prompt.constraint.kind == "json_schema"
         return RunRecord(
-            prompt.id, prompt.category, drafter, repeat, tokens, "".join(pieces) + finished.tail,
+            prompt.id, prompt.category, drafter, repeat, tokens, text,
             s.generated_tokens, s.decode_seconds, s.tokens_per_second,
             s.acceptance_rate if drafted else None, s.mean_accepted_length if drafted else None, s.stop_reason,
             target_passes=s.target_passes if drafted else None, tree_passes=s.tree_passes if drafted else None,
             branches=s.branches if drafted else None,
+            forced_drafted=s.forced_drafted if schema else None, forced_accepted=s.forced_accepted if schema else None,
+            valid=self._valid(prompt, text) if schema else None,
         )
+
+    def _valid(self, prompt: BenchPrompt, text: str) -> bool:
+        """The answer parses as JSON and validates under the prompt's schema (the product's own validator)."""
+        constraint = prompt.constraint
+        grammars = self.rt.grammars
+        assert constraint is not None and grammars is not None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return False
+        return grammars.matches(json.loads(constraint.text), value, constraint.separators)
 
     def _gap(self, baseline: RunRecord, run: RunRecord, div: Divergence) -> float | tuple[float, str] | None:
         """Re-decode prompt + the common prefix in one batch and compare the two candidates' logits."""
