@@ -117,6 +117,21 @@ def test_forced_tokens_are_learned_as_their_own_and_never_priced_into_a_model_dr
     assert p.learned["draft"].reached == [1.0, 1.0] and p.learned["draft"].accepted == [1.0, 0.0]
 
 
+def test_a_lookup_after_forced_tokens_is_priced_as_what_it_adds_to_their_pass() -> None:
+    # right 1 time in 2 at its first token: alone, 2 rows (0.023 s) for an expected 1.5 tokens lose to a plain step
+    # (1 token in 0.012 s); after 2 forced tokens the pass holds 3 rows already (0.028 s for 3 tokens), and a 4th
+    # row (0.030 s) for half a token more pays
+    p = policy()
+    for accepted in (True, False) * 20:
+        p._survival_of("ngram/2").record(0, accepted)
+    proposal = Draft(PASSAGE[:4], None, "ngram", "ngram/2")
+    assert len(p.trim(proposal, LOOKUP)) == 0
+    p.lead(2)
+    assert len(p.trim(proposal, LOOKUP, after=[7, 8])) >= 1
+    p.lead(0)
+    assert len(p.trim(proposal, LOOKUP)) == 0
+
+
 def test_a_lookup_may_propose_all_the_room_allows() -> None:
     p = policy()
     assert p.cap(LOOKUP, 40) == 16 and p.cap(LOOKUP, 3) == 3 and p.cap(LOOKUP, 0) == 0

@@ -221,14 +221,19 @@ class Generator:
         return self._lookup(history, room) if drafted is None else drafted
 
     def _lookup(self, history: list[int], room: int, width: int | None = None, after: Sequence[int] = ()) -> Draft:
-        for drafter in self.drafters:
-            cap = self.policy.cap(drafter, room)
-            if cap:
-                wide = self.policy.width(drafter) if width is None else width
-                draft = self.policy.trim(drafter.propose(history, cap, wide), drafter, after)
-                if draft.tokens:
-                    return draft
-        return Draft()
+        policy = self.policy
+        policy.lead(len(after))  # priced after the forced tokens the pass holds already
+        try:
+            for drafter in self.drafters:
+                cap = policy.cap(drafter, room)
+                if cap:
+                    wide = policy.width(drafter) if width is None else width
+                    draft = policy.trim(drafter.propose(history, cap, wide), drafter, after)
+                    if draft.tokens:
+                        return draft
+            return Draft()
+        finally:
+            policy.lead(0)
 
     def _roll_back(self, history: list[int], accepted: list[int], rows: list[int] | None) -> None:
         """Leave ``history`` and the ``accepted`` draft tokens in the cache: a chain drops its rejected tail, a tree
