@@ -40,6 +40,8 @@ CLOSING_TOKENS = 16
 _CANDIDATES_MIN = 256
 # a mask with more non-zero 32-token words than this is expanded whole
 _SPARSE_WORDS = 256
+# the next best tokens checked one by one where a greedy row's best is forbidden, before a whole-vocabulary mask
+_NEXT_BEST = 3
 
 
 def closing_room(max_tokens: int) -> int:
@@ -96,16 +98,13 @@ class Constraint:
         t0 = time.perf_counter()
         matcher = self.matcher
         forced = list(matcher.compute_ff_tokens())[:room] if room > 0 else []
-        if forced:
-            matcher.consume_tokens(forced)
         t1 = time.perf_counter()
-        try:  # a batch's draft model asks to be answered later (DraftWanted): the matcher is left as it was
-            rest = drafts([*history, *forced], room - len(forced)) if room > len(forced) else Draft()
-            t2 = time.perf_counter()
-            n = matcher.validate_tokens(rest.tokens) if rest.tokens else 0
-        finally:
-            if forced:
-                matcher.rollback(len(forced))
+        # a batch's draft model may ask to be answered later (DraftWanted): the matcher is never stepped here
+        rest = drafts([*history, *forced], room - len(forced)) if room > len(forced) else Draft()
+        t2 = time.perf_counter()
+        # the rest validated after the forced tokens in one call, none consumed (each call costs ~40 µs here, so
+        # consuming the forced tokens, validating and rolling back cost three)
+        n = max(0, matcher.validate_tokens([*forced, *rest.tokens]) - len(forced)) if rest.tokens else 0
         self.seconds += (t1 - t0) + (time.perf_counter() - t2)
         self._validated = (*forced, *rest.tokens[:n])
         if not forced:
@@ -154,8 +153,7 @@ class Constraint:
             self._step()
             t0 = time.perf_counter()
             if not self.allows(token):
-                ids = self._allowed_ids()
-                token = int(ids[row[ids].argmax()]) if len(ids) else self._stuck()
+                token = self._best_allowed(row, token)
             self.seconds += time.perf_counter() - t0
             return token
         self._step()
@@ -223,6 +221,27 @@ class Constraint:
             bit = np.uint32(1 << (token & 31))
             words[token >> 5] = (words[token >> 5] | bit) if accepting else (words[token >> 5] & ~bit)
         return accepting
+
+    def _best_allowed(self, row: np.ndarray, forbidden: int) -> int:
+        """The row's best token the grammar allows, its argmax being ``forbidden``: the next best few are checked one
+        by one (an argmax and a check, ~0.1 ms each here) before a mask of the whole vocabulary (~0.8 ms on Gemma's
+        262k tokens); where a model's best is forbidden (a space the compact JSON leaves out) the grammar's choice is
+        nearly always among its next. Exactly the masked argmax: ties go to the lowest id either way."""
+        if row.flags.writeable:
+            saved: list[tuple[int, float]] = []
+            try:
+                for _ in range(_NEXT_BEST):
+                    saved.append((forbidden, float(row[forbidden])))
+                    row[forbidden] = -np.inf  # restored below: the row is the pass's own logits
+                    token = int(row.argmax())
+                    if self.allows(token):
+                        return token
+                    forbidden = token
+            finally:
+                for token, value in reversed(saved):
+                    row[token] = value
+        ids = self._allowed_ids()
+        return int(ids[row[ids].argmax()]) if len(ids) else self._stuck()
 
     def _allowed_ids(self) -> np.ndarray:
         """The ids the grammar allows next, ascending."""
