@@ -140,3 +140,18 @@ def test_warm_turns_go_with_a_templated_job(monkeypatch, capsys):
         sl.main()
     assert exit_.value.code == 2
     assert "--warm-turns goes with --items" in capsys.readouterr().err
+
+
+def test_tools_go_with_a_templated_job_and_are_the_tool_call_suites_own(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["serve_load.py", "--tools", "required", "--servers", "localspec"])
+    with pytest.raises(SystemExit) as exit_:
+        sl.main()
+    assert exit_.value.code == 2
+    assert "--tools goes with --items" in capsys.readouterr().err
+    # the tools sent are those the suite's prompts describe, with the same parameters
+    described = sl.prompts("tool-calls")[0].split("\n")[0]
+    for tool in sl.TOOLS:
+        function = tool["function"]
+        assert function["name"] + "(" in described
+        for param in function["parameters"]["properties"]:
+            assert f"{param}: " in described.split(function["name"] + "(")[1].split(")")[0]

@@ -107,6 +107,22 @@ SCHEMAS: dict[str, dict] = {}  # prompt → its response_format (--schemas)
 USE_SCHEMAS = False
 
 
+def _tool(name: str, description: str, **properties: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}}}
+
+
+_TEXT = {"type": "string"}
+# the tools the shipped tool-calls suite's prompts describe, as OpenAI tools (--tools)
+TOOLS = [
+    _tool("get_weather", "The weather in a city.", city=_TEXT, unit={"enum": ["c", "f"]}),
+    _tool("search_flights", "Flights between two cities on a date.", origin=_TEXT, destination=_TEXT, date=_TEXT),
+    _tool("add_calendar_event", "A calendar event.", title=_TEXT, date=_TEXT, time=_TEXT),
+    _tool("send_email", "An email.", to=_TEXT, subject=_TEXT, body=_TEXT),
+]
+TOOL_CHOICE: str | None = None  # --tools: "auto" or "required", sent with TOOLS in every request
+
+
 SERVERS = {
     "localspec": "localspec serve (drafter auto)",
     "localspec-no-history": "localspec serve drafting from no earlier request (LOCALSPEC_HISTORY=off)",
@@ -147,16 +163,22 @@ async def client(api: AsyncOpenAI, index: int, turns: int, first: str, conversat
         chunks = 0
         try:
             shaped = SCHEMAS.get(messages[-1]["content"]) if USE_SCHEMAS else None
+            tools = {"tools": TOOLS, "tool_choice": TOOL_CHOICE} if TOOL_CHOICE else {}
             stream = await api.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
                                                        temperature=0, stream=True,
                                                        stream_options={"include_usage": True},
-                                                       **({"response_format": shaped} if shaped else {}))
+                                                       **({"response_format": shaped} if shaped else {}), **tools)
             async for chunk in stream:
                 extra = chunk.model_extra or {}
-                if chunk.choices and chunk.choices[0].delta.content:
+                delta = chunk.choices[0].delta if chunk.choices else None
+                # a call's name and arguments stream as tool_calls deltas: the answer's text for the comparison
+                said = (delta.content or "") + "".join(
+                    (c.function.name or "") + (c.function.arguments or "")
+                    for c in (delta.tool_calls or []) if c.function is not None) if delta is not None else ""
+                if said:
                     if o.ttft is None:
                         o.ttft = time.perf_counter() - start
-                    pieces.append(chunk.choices[0].delta.content)
+                    pieces.append(said)
                     chunks += 1
                 if chunk.usage is not None:
                     o.tokens = chunk.usage.completion_tokens
@@ -451,12 +473,19 @@ def main() -> None:
                     "before the clock starts (a server that has been up: its earlier requests are what it drafts from)")
     ap.add_argument("--schemas", action="store_true", help="send each item's JSON schema (a structured suite's "
                     "'schema', e.g. --suite extract-json --items) as its response_format, to every server")
+    ap.add_argument("--tools", choices=("auto", "required"), help="send the tool-calls suite's four tools with "
+                    "this tool_choice in every request, to every server (with --items: e.g. --suite tool-calls "
+                    "--items --tools required; llama-server takes tools only with a Jinja chat template, which "
+                    "the embedded Gemma file lacks: compare with it under a --profile)")
     args = ap.parse_args()
-    global USE_SCHEMAS, PROFILE
+    global USE_SCHEMAS, PROFILE, TOOL_CHOICE
     USE_SCHEMAS = args.schemas
+    TOOL_CHOICE = args.tools
     PROFILE = args.profile
     if args.warm_turns and not args.items:
         ap.error("--warm-turns goes with --items (a conversation's first turns are part of it)")
+    if args.tools and not args.items:
+        ap.error("--tools goes with --items (a conversation would have to answer its calls)")
     reports = []
     for clients in args.clients:
         if args.base_url:
