@@ -126,9 +126,9 @@ def test_a_lookup_after_forced_tokens_is_priced_as_what_it_adds_to_their_pass() 
         p._survival_of("ngram/2").record(0, accepted)
     proposal = Draft(PASSAGE[:4], None, "ngram", "ngram/2")
     assert len(p.trim(proposal, LOOKUP)) == 0
-    p.lead(2)
-    assert len(p.trim(proposal, LOOKUP, after=[7, 8])) >= 1
-    p.lead(0)
+    p.follow([7, 8])
+    assert len(p.trim(proposal, LOOKUP)) >= 1
+    p.follow(())
     assert len(p.trim(proposal, LOOKUP)) == 0
 
 

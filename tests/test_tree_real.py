@@ -277,9 +277,9 @@ class EveryCandidate(DraftPolicy):
     """The real policy, but every lookup draft is verified as a tree of all its candidates cut to ``fixed``
     tokens: on this CPU a pass over more nodes costs more, and the policy would seldom branch."""
 
-    def trim(self, draft: Draft, drafter: Drafter, after: Sequence[int] = ()) -> Draft:
+    def trim(self, draft: Draft, drafter: Drafter) -> Draft:
         if not drafter.lookup or not draft.tokens:
-            return super().trim(draft, drafter, after)
+            return super().trim(draft, drafter)
         k = self.fixed or 3
         return replace(draft, tokens=draft.tokens[:k], others=tuple(c[:k] for c in draft.others[: self.branches - 1]))
 

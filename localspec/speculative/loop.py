@@ -222,18 +222,18 @@ class Generator:
 
     def _lookup(self, history: list[int], room: int, width: int | None = None, after: Sequence[int] = ()) -> Draft:
         policy = self.policy
-        policy.lead(len(after))  # priced after the forced tokens the pass holds already
+        policy.follow(after)
         try:
             for drafter in self.drafters:
                 cap = policy.cap(drafter, room)
                 if cap:
                     wide = policy.width(drafter) if width is None else width
-                    draft = policy.trim(drafter.propose(history, cap, wide), drafter, after)
+                    draft = policy.trim(drafter.propose(history, cap, wide), drafter)
                     if draft.tokens:
                         return draft
             return Draft()
         finally:
-            policy.lead(0)
+            policy.follow(())
 
     def _roll_back(self, history: list[int], accepted: list[int], rows: list[int] | None) -> None:
         """Leave ``history`` and the ``accepted`` draft tokens in the cache: a chain drops its rejected tail, a tree

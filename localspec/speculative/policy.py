@@ -75,9 +75,10 @@ class DraftPolicy(PassSizes):
         # the rest of the pass this sequence's rows join (a batch's other sequences): rows, and the tokens they are
         # expected to emit; a draft is priced as what it adds to the whole pass
         self.others: tuple[int, float] = (0, 0.0)
-        # the tokens a grammar forced ahead of this step's draft (``lead``): rows of the same pass, each nearly
-        # always accepted; a draft after them is priced as what it adds to a pass that holds them already
-        self._lead: tuple[int, float] = (0, 0.0)
+        # the tokens a grammar forced ahead of this step's draft (``follow``): rows of the same pass, each nearly
+        # always accepted; a draft after them is priced as what it adds to a pass that holds them already, and a
+        # lookup's proposal, made after them, is scored from where it begins
+        self._after: tuple[int, ...] = ()
         self.expected = 1.0  # tokens the last chosen draft is expected to emit (its accepted prefix + the target's)
         self._drafter_calibration: dict[str, float] = {}
         # what each kind of draft is worth: earlier requests' kinds ("cache/…") in the job's record, which a job of
@@ -140,21 +141,20 @@ class DraftPolicy(PassSizes):
         trees on a GPU")."""
         return self.branches if drafter.lookup and not self.shapes.active else 1
 
-    def trim(self, draft: Draft, drafter: Drafter, after: Sequence[int] = ()) -> Draft:
+    def trim(self, draft: Draft, drafter: Drafter) -> Draft:
         """Keep as much of a lookup's proposal as its kind has earned, as a chain or a tree of its first
         candidates; the whole proposal is learned in hindsight. Of a proposal's two sources (earlier requests' and
         the sequence's own: ``Draft.fallback``) the one whose kind has earned more goes first; the other is learned
         in hindsight too, and trimmed in its turn where the first is trimmed to nothing (not on a device with pass
-        shapes, one sequence: each trim counts a step of the kept pass sizes there). ``after``: the tokens a grammar
-        forces before the proposal (it was made after them); it is scored from where it begins."""
+        shapes, one sequence: each trim counts a step of the kept pass sizes there)."""
         if not drafter.lookup or not draft.tokens:
             return draft
         first, second = self._ranked(draft)
-        trimmed = self._trim(first, after)
+        trimmed = self._trim(first)
         if second is not None:
             if not trimmed.tokens and not self.keeps_size:
-                return self._trim(second, after)
-            self._watched.append(Watched([second.tokens], [self._survival_of(second.kind)], after=tuple(after)))
+                return self._trim(second)
+            self._watched.append(Watched([second.tokens], [self._survival_of(second.kind)], after=self._after))
         return trimmed
 
     def _ranked(self, draft: Draft) -> tuple[Draft, Draft | None]:
@@ -172,14 +172,14 @@ class DraftPolicy(PassSizes):
 
         return (other, draft) if worth(other) > worth(draft) else (draft, other)
 
-    def _trim(self, draft: Draft, after: Sequence[int] = ()) -> Draft:
+    def _trim(self, draft: Draft) -> Draft:
         candidates = draft.candidates
         survivals = [self._survival_of(_wide(draft.kind, w)) for w in range(1, len(candidates) + 1)]
         depths = self.depths if self.keeps_size else None
         if depths is not None:
             depths.record()
         self._watched.append(Watched(candidates, survivals, depths=depths,
-                                      born=depths.steps if depths is not None else 0, after=tuple(after)))
+                                      born=depths.steps if depths is not None else 0, after=self._after))
         self._proposal = candidates[0]
         if depths is not None:
             self._step_depth = self._depth(draft)  # the pass's size for this step, chosen once (``pad`` uses it)
@@ -242,14 +242,15 @@ class DraftPolicy(PassSizes):
         """Tokens per second of the whole pass when this sequence adds ``rows`` rows expected to emit ``tokens``
         (after any forced tokens that lead it)."""
         other_rows, other_tokens = self.others
-        lead_rows, lead_tokens = self._lead
-        return (other_tokens + lead_tokens + tokens) / (self.costs(other_rows + lead_rows + rows) + draft_seconds)
+        lead = len(self._after)  # forced tokens: rows of this pass, each counted as accepted
+        return (other_tokens + lead + tokens) / (self.costs(other_rows + lead + rows) + draft_seconds)
 
-    def lead(self, forced: int) -> None:
-        """This step's draft follows ``forced`` tokens a grammar forced (0: none): it is priced after them. On a
-        CPU a pass of 1 + f rows that also verifies k lookup tokens costs less than f + k single rows more, so a
-        draft priced as if alone was trimmed away where it paid (extract-json: 0.99x adaptive, 1.13x at k = 1)."""
-        self._lead = (forced, float(forced))
+    def follow(self, forced: Sequence[int]) -> None:
+        """This step's drafts are proposed after ``forced``, the tokens a grammar forced (() after the step): they
+        are priced as what they add to the pass those tokens fill (on a CPU a pass of 1 + f rows that also verifies
+        k more costs less than k single rows more: priced as if alone, lookups were trimmed away where they paid),
+        and a lookup's proposal is scored from where it begins, not against the forced tokens before it."""
+        self._after = tuple(forced)
 
     def calibrate_drafter(self, drafter: str, seconds_per_token: float) -> None:
         """Seed a model drafter's cost per drafted token, so a drafter too slow to pay is never tried."""

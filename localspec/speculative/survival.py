@@ -82,13 +82,13 @@ class Watched:
         """
         if not self.alive:
             self.alive = [True] * len(self.candidates)
-        after = self.after
+        if self.skipped < len(self.after):  # the forced tokens it followed, checked once: not scored
+            n = min(len(self.after) - self.skipped, len(emitted))
+            if tuple(emitted[:n]) != self.after[self.skipped:self.skipped + n]:
+                return True
+            self.skipped += n
+            emitted = emitted[n:]
         for token in emitted:
-            if self.skipped < len(after):
-                if token != after[self.skipped]:
-                    return True
-                self.skipped += 1
-                continue
             j = self.matched
             reached = False  # some alive candidate among the first w reaches position j
             ok = False  # ... and holds the emitted token there
