@@ -134,20 +134,21 @@ def test_localspec_at_a_folder_runs_that_folders_package(tmp_path):
         sl.command(f"localspec@{tmp_path / 'nothing'}", 8001, _args(), "m.gguf")
 
 
-def test_warm_turns_go_with_a_templated_job(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["serve_load.py", "--warm-turns", "1", "--servers", "localspec"])
+def _refused(monkeypatch, capsys, *argv: str) -> str:
+    """serve_load's one-line refusal of ``argv`` (exit code 2)."""
+    monkeypatch.setattr(sys, "argv", ["serve_load.py", *argv, "--servers", "localspec"])
     with pytest.raises(SystemExit) as exit_:
         sl.main()
     assert exit_.value.code == 2
-    assert "--warm-turns goes with --items" in capsys.readouterr().err
+    return capsys.readouterr().err
+
+
+def test_warm_turns_go_with_a_templated_job(monkeypatch, capsys):
+    assert "--warm-turns goes with --items" in _refused(monkeypatch, capsys, "--warm-turns", "1")
 
 
 def test_tools_go_with_a_templated_job_and_are_the_tool_call_suites_own(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["serve_load.py", "--tools", "required", "--servers", "localspec"])
-    with pytest.raises(SystemExit) as exit_:
-        sl.main()
-    assert exit_.value.code == 2
-    assert "--tools goes with --items" in capsys.readouterr().err
+    assert "--tools goes with --items" in _refused(monkeypatch, capsys, "--tools", "required")
     # the tools sent are those the suite's prompts describe, with the same parameters
     described = sl.prompts("tool-calls")[0].split("\n")[0]
     for tool in sl.TOOLS:
