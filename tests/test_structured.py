@@ -196,6 +196,39 @@ def test_thirty_pairs_under_ngram_drafts_are_lossless_under_their_grammar(rt: Ru
     assert tokens / passes > 1.5  # drafts under a schema pay in tokens a pass
 
 
+class _Stale(dict):
+    """A memo's forced tokens, the same wrong ones for every byte string."""
+
+    def __init__(self, wrong: list[int]) -> None:
+        super().__init__()
+        self.wrong = tuple(wrong)
+
+    def get(self, key: bytes, default: object = None) -> tuple[int, ...]:  # type: ignore[override]
+        return self.wrong
+
+
+def test_a_specs_later_answers_reuse_what_its_first_learned_and_check_it(rt: Runtime) -> None:
+    # a spec's forced byte strings are tokenized once (llguidance's tokenizing costs ~0.2 ms a step) and the ids its
+    # grammar allows first are read once (most answers start with a token the grammar forbids): a later answer under
+    # the same spec takes both from the spec's memo, and the forced tokens are validated like any draft
+    firsts = 0
+    for schema, prompt in PAIRS[:12:4]:
+        spec = spec_for(schema, prompt)
+        memo = rt.generator.grammars.memo(spec)
+        first = constrained(rt, prompt, spec, "ngram")
+        assert memo.forced and first[2].stats.forced_drafted, prompt
+        firsts += memo.first is not None
+        again = constrained(rt, prompt, spec, "ngram")
+        assert again[0] == first[0] and again[2].stats.forced_drafted, prompt
+        # a memo that no longer fits (another tokenization, another state): its tokens are never drafted
+        learned, memo.forced = memo.forced, _Stale(rt.model.vocab.tokenize("zzz", add_special=False,
+                                                                           parse_special=False))
+        ids, text, finished = constrained(rt, prompt, spec, "ngram")
+        assert ids == first[0] and finished.stats.forced_drafted == 0, text
+        memo.forced = learned
+    assert firsts, "no answer started with a token its grammar forbids: the first ids were never read"
+
+
 def _lookup_acceptance(policy: DraftPolicy) -> tuple[float, float]:
     """(accepted, reached) over every draft position of the sequence's own lookups, as the policy learned them."""
     survivals = [s for kind, s in policy.learned.items() if kind.startswith("ngram")]

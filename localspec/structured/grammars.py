@@ -28,7 +28,7 @@ from localspec.errors import STOPPING
 from localspec.schema.cache import BoundedCache
 from localspec.schema.json_style import DEFAULT, Separators
 from localspec.schema.spec import ConstraintError, ConstraintSpec
-from localspec.structured.constraint import Constraint
+from localspec.structured.constraint import Constraint, SpecMemo
 from localspec.structured.pieces import pieces
 
 # llguidance's bounds on what one grammar may cost (its LLParserLimits): the grammar's size, the lexer's work to
@@ -56,6 +56,8 @@ class Grammars:
         self._closers = np.zeros(0, dtype=np.int64)  # the tokens that shut a JSON answer (Constraint._close)
         # a compiled matcher per spec, never advanced: each generation gets its own copy
         self._matchers: BoundedCache[ConstraintSpec, object] = BoundedCache(MATCHERS_KEPT)
+        # per spec, what its generations share beside the matcher (forced tokens, the first allowed ids)
+        self._memos: BoundedCache[ConstraintSpec, SpecMemo] = BoundedCache(MATCHERS_KEPT)
         self.tokenizer_seconds = 0.0
 
     def prepare(self) -> None:
@@ -94,7 +96,15 @@ class Grammars:
         compiled now; ConstraintError where the spec cannot be used with this model."""
         pristine = compiled if compiled is not None else self.compile(spec)
         return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece,
-                          self._closers)
+                          self._closers, self.memo(spec))
+
+    def memo(self, spec: ConstraintSpec) -> SpecMemo:
+        """What the generations under ``spec`` share beside its matcher (kept as long as the matcher is)."""
+        memo = self._memos.get(spec)
+        if memo is None:
+            memo = SpecMemo()
+            self._memos.put(spec, memo)
+        return memo
 
     def matches(self, schema: Mapping[str, Any], value: Any, separators: Separators = DEFAULT) -> bool:
         """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (with
