@@ -6,7 +6,8 @@ sequence at a time, in three modes on one loaded model, alternating per round so
   constrained               --drafter DRAFTER under the schema (forced tokens, then the drafter, cut by the grammar)
   free                      --drafter DRAFTER, no schema (what the same prompts cost unconstrained)
 
-Reported per mode, summed over the suite: tokens, seconds, tok/s, tokens a pass, the grammar's host time a pass,
+Reported per mode, summed over the suite: tokens, seconds, tok/s, tokens a pass, the grammar's host time a pass
+(the mean, and the median and 90th percentile of the passes' own: each pass's is recorded between propose and verify),
 forced tokens drafted / accepted, answers that parse and carry their schema's required keys; and whether every
 constrained answer is token for token the constrained target-only one. The history is off: no answer feeds a
 later prompt's drafts.
@@ -35,12 +36,30 @@ from localspec.settings import (  # noqa: E402
     Settings,
     SpeculationSettings,
 )
+from localspec.structured.constraint import Constraint  # noqa: E402
 
 MODES = ("constrained-none", "constrained", "free")
+PASSES: list[float] = []  # each pass's grammar host time, in the order made (record_passes)
+
+
+def record_passes() -> None:
+    """Each pass's grammar host time into PASSES: what the constraint's seconds grew by since its last verify ended
+    (its propose, when it drafts, and its verify)."""
+    verify = Constraint.verify
+
+    def timed_verify(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return verify(self, *args, **kwargs)
+        finally:
+            PASSES.append(self.seconds - getattr(self, "_ab_seconds", 0.0))
+            self._ab_seconds = self.seconds
+
+    Constraint.verify = timed_verify
 
 
 def run_mode(rt: Runtime, suite, mode: str, drafter: str) -> dict:  # type: ignore[no-untyped-def]
     rt.set_drafter("none" if mode == "constrained-none" else drafter)
+    PASSES.clear()
     out = {"tokens": 0, "seconds": 0.0, "passes": 0, "grammar": 0.0, "forced": 0, "forced_ok": 0, "valid": 0,
            "ids": {}}
     for p in suite.prompts:
@@ -68,6 +87,7 @@ def run_mode(rt: Runtime, suite, mode: str, drafter: str) -> dict:  # type: igno
             out["valid"] += isinstance(doc, dict) and all(k in doc for k in required)
         except ValueError:
             pass
+    out["pass_us"] = sorted(t * 1e6 for t in PASSES)
     return out
 
 
@@ -84,6 +104,7 @@ def main() -> None:
     settings = Settings(args.model, RuntimeSettings(n_gpu_layers=args.gpu_layers, n_ctx=2048),
                         SpeculationSettings(drafter=args.drafter), history=HistorySettings("off"))
     rounds: dict[str, list[dict]] = {m: [] for m in MODES}
+    record_passes()
     with Runtime.open(settings) as rt:
         print(f"# {rt.model_name} on {rt.device.description}; suite {args.suite} ({len(suite.prompts)} rows); "
               f"drafter {args.drafter}", flush=True)
@@ -101,12 +122,16 @@ def main() -> None:
         xs = rounds[m]
         tps = statistics.median(x["tokens"] / x["seconds"] for x in xs)
         x = xs[0]
+        each = x["pass_us"] or [0.0]
         summary[m] = {"tok_s": tps, "tokens_a_pass": x["tokens"] / x["passes"],
-                      "grammar_us_a_pass": x["grammar"] / x["passes"] * 1e6, "forced": x["forced"],
+                      "grammar_us_a_pass": x["grammar"] / x["passes"] * 1e6,
+                      "grammar_us_median_pass": statistics.median(each),
+                      "grammar_us_p90_pass": each[int(0.9 * (len(each) - 1))], "forced": x["forced"],
                       "forced_accepted": x["forced_ok"], "valid": f"{x['valid']}/{len(suite.prompts)}"}
         print(f"{m:17s} {tps:7.1f} tok/s (median of {len(xs)}) · {summary[m]['tokens_a_pass']:.2f} tokens a pass · "
-              f"grammar {summary[m]['grammar_us_a_pass']:.0f} µs a pass · forced {x['forced']} drafted, "
-              f"{x['forced_ok']} accepted · valid {summary[m]['valid']}")
+              f"grammar {summary[m]['grammar_us_a_pass']:.0f} µs a pass (each pass's: median "
+              f"{summary[m]['grammar_us_median_pass']:.0f}, p90 {summary[m]['grammar_us_p90_pass']:.0f}) · "
+              f"forced {x['forced']} drafted, {x['forced_ok']} accepted · valid {summary[m]['valid']}")
     c, n, f = summary["constrained"], summary["constrained-none"], summary["free"]
     print(f"constrained ÷ constrained target-only: {c['tok_s'] / n['tok_s']:.2f}x · constrained ÷ free: "
           f"{c['tok_s'] / f['tok_s']:.2f}x · tokens a pass constrained ÷ free: "
