@@ -40,8 +40,10 @@ CLOSING_TOKENS = 16
 _CANDIDATES_MIN = 256
 # a mask with more non-zero 32-token words than this is expanded whole
 _SPARSE_WORDS = 256
-# forced byte strings whose tokens a spec keeps (``Constraint._forced``): a schema's keys and their separators
+# forced byte strings whose tokens a spec keeps (``Constraint._forced``): a schema's keys and their separators, none
+# longer than FORCED_BYTES_KEPT (a long literal forces a new suffix at every step: kept, they would grow as its square)
 FORCED_KEPT = 1024
+FORCED_BYTES_KEPT = 256
 # where the mask allows many tokens, the next best checked on its bits before its ids are expanded
 _NEXT_BEST = 3
 
@@ -89,6 +91,7 @@ class Constraint:
         self._pending: list[int] = []  # consumed tokens the matcher has not stepped past yet (``_step``)
         self._validated: tuple[int, ...] = ()  # the last proposal's tokens, each allowed where it stands
         self._memo = memo if memo is not None else SpecMemo()
+        self._forced_bytes = b""  # what the grammar forced at the last proposal (``_forced``)
         self._fresh = True  # nothing consumed yet: the matcher is as compiled (``SpecMemo.first``)
 
     @property
@@ -121,7 +124,8 @@ class Constraint:
         # the forced tokens and the rest validated in one call, none consumed (consuming the forced tokens,
         # validating and rolling back would cost three); forced tokens a spec's earlier answer tokenized may not fit
         n = matcher.validate_tokens([*forced, *rest.tokens]) if forced or rest.tokens else 0
-        if n < len(forced):
+        if n < len(forced):  # the spec's tokens for these bytes do not fit here: asked again next time
+            self._memo.forced.pop(self._forced_bytes, None)
             forced, rest = forced[:n], Draft()
         n -= len(forced)
         self.seconds += (t1 - t0) + (time.perf_counter() - t2)
@@ -137,14 +141,14 @@ class Constraint:
         """The tokens the grammar forces next. llguidance tokenizes the forced bytes and drops what a later byte
         could merge with (~0.2 ms where any are forced here, 10x the bytes alone): the same bytes under the same
         spec tokenize the same way, so the tokens are kept per spec, bytes to tokens (validated with the draft)."""
-        forced = self.matcher.compute_ff_bytes()
+        forced = self._forced_bytes = self.matcher.compute_ff_bytes()
         if not forced:
             return []
         known = self._memo.forced
         tokens = known.get(forced)
         if tokens is None:
             tokens = tuple(self.matcher.compute_ff_tokens())
-            if len(known) < FORCED_KEPT:
+            if len(known) < FORCED_KEPT and len(forced) <= FORCED_BYTES_KEPT:
                 known[forced] = tokens
         return list(tokens)
 
@@ -230,8 +234,8 @@ class Constraint:
         if not pending:
             return
         t0 = time.perf_counter()
-        self.matcher.consume_tokens(pending)
         self._fresh = False
+        self.matcher.consume_tokens(pending)
         if self.close_at is not None and self._piece is not None:
             for token in pending:
                 self._open.feed(self._piece(token))
@@ -258,13 +262,16 @@ class Constraint:
         return accepting
 
     def _best_allowed(self, row: np.ndarray, forbidden: int) -> int:
-        """The row's best token the grammar allows, its argmax being ``forbidden``. Exactly the masked argmax (ties
-        go to the lowest id either way), found the cheap way for each kind of place:
+        """The row's best token the grammar allows, its argmax being ``forbidden``, found the cheap way for each kind
+        of place:
         - the next best, checked alone (an argmax and a check): a space the compact JSON leaves out, the end where
           the grammar may end;
         - else the mask (0.02-0.3 ms): where it allows few tokens (a brace, a quote, digits: the answer's first
           token, a value's), the best of those;
-        - else the next best few on the mask's bits, before the whole vocabulary's ids (~0.9 ms on Gemma's 262k)."""
+        - else the next best few on the mask's bits, before the whole vocabulary's ids (~0.9 ms on Gemma's 262k).
+        A check (``allows``: llguidance's validate_tokens) may take a spelling of forced bytes that the mask leaves
+        out (``{`` where ``{"`` is forced): not always the masked argmax, but a function of the row and the grammar's
+        state alone, so speculation and target-only pick alike (ties go to the lowest id either way)."""
         if not row.flags.writeable:
             return self._masked_argmax(row, self._allowed_ids())
         saved: list[tuple[int, float]] = []
