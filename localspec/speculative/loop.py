@@ -213,27 +213,31 @@ class Generator:
         """The policy caps each drafter, the drafter proposes, the policy trims: the first draft left wins. Under a
         grammar, its forced tokens lead and the drafters continue after them, cut where the grammar forbids."""
         if self.constraint is not None and self.drafters:  # --drafter none drafts nothing, forced tokens included
-            # the drafters propose after the forced tokens (h: history + forced), and are scored from there; the
-            # two together fill at most one pass, as any draft (k_max: the rows a context scores)
-            return self.constraint.propose(
-                history, min(room, self.policy.k_max),
-                lambda h, r: self._lookup(h, r, 1, h[len(history):]) if drafted is None else drafted)
+            # the two together fill at most one pass, as any draft (k_max: the rows a context scores)
+            return self.constraint.propose(history, min(room, self.policy.k_max),
+                                           lambda h, r: self._after_forced(h, r, len(history), drafted))
         return self._lookup(history, room) if drafted is None else drafted
 
-    def _lookup(self, history: list[int], room: int, width: int | None = None, after: Sequence[int] = ()) -> Draft:
-        policy = self.policy
-        policy.follow(after)
+    def _after_forced(self, history: list[int], room: int, forced_from: int, drafted: Draft | None) -> Draft:
+        """The drafters propose after the forced tokens (``history[forced_from:]``): the policy prices their rows as
+        what they add to the pass those fill, and scores a lookup from where it begins."""
+        if drafted is not None:
+            return drafted
+        self.policy.follow(history[forced_from:])
         try:
-            for drafter in self.drafters:
-                cap = policy.cap(drafter, room)
-                if cap:
-                    wide = policy.width(drafter) if width is None else width
-                    draft = policy.trim(drafter.propose(history, cap, wide), drafter)
-                    if draft.tokens:
-                        return draft
-            return Draft()
+            return self._lookup(history, room, 1)
         finally:
-            policy.follow(())
+            self.policy.follow(())
+
+    def _lookup(self, history: list[int], room: int, width: int | None = None) -> Draft:
+        for drafter in self.drafters:
+            cap = self.policy.cap(drafter, room)
+            if cap:
+                wide = self.policy.width(drafter) if width is None else width
+                draft = self.policy.trim(drafter.propose(history, cap, wide), drafter)
+                if draft.tokens:
+                    return draft
+        return Draft()
 
     def _roll_back(self, history: list[int], accepted: list[int], rows: list[int] | None) -> None:
         """Leave ``history`` and the ``accepted`` draft tokens in the cache: a chain drops its rejected tail, a tree
