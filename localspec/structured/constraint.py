@@ -91,7 +91,6 @@ class Constraint:
         self._pending: list[int] = []  # consumed tokens the matcher has not stepped past yet (``_step``)
         self._validated: tuple[int, ...] = ()  # the last proposal's tokens, each allowed where it stands
         self._memo = memo if memo is not None else SpecMemo()
-        self._forced_bytes = b""  # what the grammar forced at the last proposal (``_forced``)
         self._fresh = True  # nothing consumed yet: the matcher is as compiled (``SpecMemo.first``)
 
     @property
@@ -116,7 +115,8 @@ class Constraint:
             return replace(draft, dists=None) if draft.dists else draft
         t0 = time.perf_counter()
         matcher = self.matcher
-        forced = self._forced()[:room] if room > 0 else []
+        forced_bytes, forced = self._forced() if room > 0 else (b"", [])
+        forced = forced[:room]
         t1 = time.perf_counter()
         # a batch's draft model may ask to be answered later (DraftWanted): the matcher is never stepped here
         rest = drafts([*history, *forced], room - len(forced)) if room > len(forced) else Draft()
@@ -125,7 +125,7 @@ class Constraint:
         # validating and rolling back would cost three); forced tokens a spec's earlier answer tokenized may not fit
         n = matcher.validate_tokens([*forced, *rest.tokens]) if forced or rest.tokens else 0
         if n < len(forced):  # the spec's tokens for these bytes do not fit here: asked again next time
-            self._memo.forced.pop(self._forced_bytes, None)
+            self._memo.forced.pop(forced_bytes, None)
             forced, rest = forced[:n], Draft()
         n -= len(forced)
         self.seconds += (t1 - t0) + (time.perf_counter() - t2)
@@ -137,20 +137,21 @@ class Constraint:
         return Draft([*forced, *rest.tokens[:n]], None, rest.drafter if n else FORCED,
                      rest.kind if n else FORCED, forced=len(forced))
 
-    def _forced(self) -> list[int]:
-        """The tokens the grammar forces next. llguidance tokenizes the forced bytes and drops what a later byte
-        could merge with (~0.2 ms where any are forced here, 10x the bytes alone): the same bytes under the same
-        spec tokenize the same way, so the tokens are kept per spec, bytes to tokens (validated with the draft)."""
-        forced = self._forced_bytes = self.matcher.compute_ff_bytes()
+    def _forced(self) -> tuple[bytes, list[int]]:
+        """The bytes the grammar forces next, and their tokens. llguidance tokenizes the forced bytes and drops what
+        a later byte could merge with (~0.2 ms where any are forced here, 10x the bytes alone): the same bytes under
+        the same spec tokenize the same way, so the tokens are kept per spec, bytes to tokens (validated with the
+        draft)."""
+        forced = self.matcher.compute_ff_bytes()
         if not forced:
-            return []
+            return forced, []
         known = self._memo.forced
         tokens = known.get(forced)
         if tokens is None:
             tokens = tuple(self.matcher.compute_ff_tokens())
             if len(known) < FORCED_KEPT and len(forced) <= FORCED_BYTES_KEPT:
                 known[forced] = tokens
-        return list(tokens)
+        return forced, list(tokens)
 
     # -- verify: each row's token, the grammar's state stepping along the accepted ones --
 

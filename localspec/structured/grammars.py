@@ -54,10 +54,9 @@ class Grammars:
         self._tokenizer_lock = threading.Lock()
         self._eog: frozenset[int] = frozenset()
         self._closers = np.zeros(0, dtype=np.int64)  # the tokens that shut a JSON answer (Constraint._close)
-        # a compiled matcher per spec, never advanced: each generation gets its own copy
-        self._matchers: BoundedCache[ConstraintSpec, object] = BoundedCache(MATCHERS_KEPT)
-        # per spec, what its generations share beside the matcher (forced tokens, the first allowed ids)
-        self._memos: BoundedCache[ConstraintSpec, SpecMemo] = BoundedCache(MATCHERS_KEPT)
+        # per spec, a compiled matcher, never advanced (each generation gets its own copy), and what the generations
+        # under it share (SpecMemo: forced tokens, the first allowed ids), kept and dropped together
+        self._compiled: BoundedCache[ConstraintSpec, tuple[object, SpecMemo]] = BoundedCache(MATCHERS_KEPT)
         self.tokenizer_seconds = 0.0
 
     def prepare(self) -> None:
@@ -68,9 +67,16 @@ class Grammars:
     def compile(self, spec: ConstraintSpec) -> object:
         """The spec's matcher with this model's tokenizer, compiled once (thread-safe; a request's admission calls
         it); ConstraintError, naming the spec, where it cannot be used with this model or passes ``LIMITS``."""
-        pristine = self._matchers.get(spec)
-        if pristine is not None:
-            return pristine
+        return self._entry(spec)[0]
+
+    def memo(self, spec: ConstraintSpec) -> SpecMemo:
+        """What the generations under ``spec`` share beside its matcher (compiled if it is not yet)."""
+        return self._entry(spec)[1]
+
+    def _entry(self, spec: ConstraintSpec) -> tuple[object, SpecMemo]:
+        entry = self._compiled.get(spec)
+        if entry is not None:
+            return entry
         from llguidance import LLMatcher, LLParserLimits
 
         grammar = spec.grammar()
@@ -88,23 +94,19 @@ class Grammars:
         if error:  # llguidance lists every special token after an unknown one: the first words say enough
             error = " ".join(str(error).split("; following special tokens")[0].split())[:400]
             raise ConstraintError(f"the {spec.describe()} cannot be used with this model: {error}")
-        self._matchers.put(spec, matcher)
-        return matcher
+        entry = (matcher, SpecMemo())
+        self._compiled.put(spec, entry)
+        return entry
 
     def start(self, spec: ConstraintSpec, compiled: object | None = None) -> Constraint:
         """A fresh constraint for one generation, copied from ``compiled`` (what its admission compiled), else
         compiled now; ConstraintError where the spec cannot be used with this model."""
-        pristine = compiled if compiled is not None else self.compile(spec)
+        entry = self._entry(spec) if compiled is None else self._compiled.get(spec)
+        pristine = compiled if compiled is not None else entry[0]
+        # the memo goes with its matcher: one its admission compiled before the spec was dropped gets one of its own
+        memo = entry[1] if entry is not None and entry[0] is pristine else SpecMemo()
         return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece,
-                          self._closers, self.memo(spec))
-
-    def memo(self, spec: ConstraintSpec) -> SpecMemo:
-        """What the generations under ``spec`` share beside its matcher (kept as long as the matcher is)."""
-        memo = self._memos.get(spec)
-        if memo is None:
-            memo = SpecMemo()
-            self._memos.put(spec, memo)
-        return memo
+                          self._closers, memo)
 
     def matches(self, schema: Mapping[str, Any], value: Any, separators: Separators = DEFAULT) -> bool:
         """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (with
