@@ -86,3 +86,32 @@ def test_tokens_from_another_drafter_do_not_start_a_follow() -> None:
     history += [7, 8, 9]  # the model's 7 and 8 accepted, then the target's 9 (the source's third token)
     d.accept(history, 2)
     assert d.propose(history, 4).kind != "ngram/follow"
+
+
+def test_a_suffix_that_went_on_in_more_than_one_way_is_a_kind_of_its_own() -> None:
+    # a template's slot: after `", "` one line had a key "date", the next "time" (tokens 7 and 8). A copy there is a
+    # bet of another worth than one after a suffix that always went on the same way, and is learned apart
+    d = NgramDrafter(max_n=2)
+    history = [1, 5, 6, 7, 2, 5, 6, 8, 3, 5, 6]
+    d.begin(history)
+    assert d.propose(history, 2).kind == "ngram/2~"
+    d = NgramDrafter(max_n=2)
+    history = [1, 5, 6, 7, 2, 5, 6, 7, 3, 5, 6]
+    d.begin(history)
+    assert d.propose(history, 2).kind == "ngram/2"
+
+
+def test_a_follow_into_a_slot_is_marked_too() -> None:
+    # the follow copies an earlier line past its shared start: where the line's suffix went on differently
+    # elsewhere, so is the follow's draft
+    d = NgramDrafter(max_n=2)
+    line = [10, 11, 12, 13]
+    history = [*line, 20, 1, 12, 13, 21, 2, 10, 11]
+    d.begin(history)
+    first = d.propose(history, 1)
+    assert first.tokens == [12] and not first.kind.endswith("~")
+    history += [12, 13]  # accepted whole, the target's own token continues the source: followed
+    d.accept(history, 1)
+    second = d.propose(history, 2)
+    # [12, 13] went on with 20 (the first line) and 21: the follow's next token is a guess between them
+    assert second.kind == "ngram/follow~" and second.tokens == [20, 1]
