@@ -523,3 +523,17 @@ def test_a_draft_models_drafts_under_each_requests_grammar_in_a_batch_are_lossle
     model_drafted = sum(r.stats.drafted - r.stats.forced_drafted for r in results.values())
     model_accepted = sum(r.stats.accepted - r.stats.forced_accepted for r in results.values())
     assert 0 < model_accepted < model_drafted, (model_accepted, model_drafted)  # verified; some turned down
+
+
+def test_a_generation_shares_its_specs_memo_only_with_the_matcher_it_was_kept_with(rt: Runtime) -> None:
+    # a server's admission compiles a request's matcher; by the time it runs, the spec may have been dropped from the
+    # cache and compiled again: the memo's forced tokens were learned beside one matcher, so another gets its own
+    grammars = rt.generator.grammars
+    spec = spec_for(*PAIRS[0])
+    compiled = grammars.compile(spec)
+    memo = grammars.memo(spec)
+    assert grammars.start(spec)._memo is memo
+    assert grammars.start(spec, compiled)._memo is memo
+    elsewhere = compiled.deep_copy()  # stands for a matcher compiled before the spec was dropped
+    own = grammars.start(spec, elsewhere)._memo
+    assert own is not memo and not own.forced

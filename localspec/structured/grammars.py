@@ -102,9 +102,10 @@ class Grammars:
         """A fresh constraint for one generation, copied from ``compiled`` (what its admission compiled), else
         compiled now; ConstraintError where the spec cannot be used with this model."""
         entry = self._entry(spec) if compiled is None else self._compiled.get(spec)
-        pristine = compiled if compiled is not None else entry[0]
-        # the memo goes with its matcher: one its admission compiled before the spec was dropped gets one of its own
-        memo = entry[1] if entry is not None and entry[0] is pristine else SpecMemo()
+        if entry is None or (compiled is not None and entry[0] is not compiled):
+            # the memo goes with its matcher: one its admission compiled before the spec was dropped gets its own
+            entry = (compiled, SpecMemo())
+        pristine, memo = entry
         return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece,
                           self._closers, memo)
 
