@@ -72,9 +72,10 @@ class Prompts:
         """A conversation with tools: its tokens, and the constraint of the answer's calls (structured/)."""
         return tool_prompt(self.chat_template, self.model.vocab, messages, use)
 
-    def tool_calls(self, text: str, use: ToolUse) -> Calls:
-        """The tool calls in an answer, each valid for its tool; none where the answer is text."""
-        return tool_calls(self.grammars, text, use)
+    def tool_calls(self, text: str, use: ToolUse, ids: tuple[str, ...] = ()) -> Calls:
+        """The tool calls in an answer, each valid for its tool; none where the answer is text. ``ids``: the calls'
+        ids where a stream already gave them."""
+        return tool_calls(self.grammars, text, use, ids)
 
 
 def never() -> bool:

@@ -1,5 +1,6 @@
-"""`tool_choice: "auto"` an agent can rely on: only a template's own call marker starts the call's grammar, an
-opener closes with its own closer, and JSON the user asked for stays text (structured/tools.py)."""
+"""`tool_choice: "auto"` an agent can rely on: a call starts the grammar where the model writes one in its own habit
+(the template's marker, or a call's JSON naming a tool at the answer's start), an opener closes with its own closer,
+and JSON the user asked for stays text (structured/call_shapes.py, structured/tools.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 
 import localspec as api
+from localspec.structured.call_watch import CallWatch
 from localspec.structured.grammars import Grammars
 from localspec.structured.tool_prompt import tool_calls
-from localspec.structured.tools import may_call, read_calls, read_tools
+from localspec.structured.tools import read_calls, read_tools
 from tests.lossless import checking_model
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -40,16 +42,32 @@ def test_only_json_alone_is_read_as_a_call_and_an_example_in_prose_stays_text() 
     assert read_calls(config, use, ok).calls == ()
     # either closer is read: a call opened with the marker and shut with a fence is still the call
     assert read_calls(f"<tool_call>\n{CALL}\n```", use, ok).calls
-    # a stream holds back only what may still become a call
-    assert may_call("```json\n{") and may_call("  {") and may_call("I will call <tool_call>")
-    assert not may_call("Here is an example:\n```json\n{")
+    # the doubled braces of the Qwen2.5-Coder GGUF's template example are its call too
+    assert read_calls("{" + CALL + "}", use, ok).calls and read_calls("```json\n{" + CALL + "}\n```", use, ok).calls
 
 
-def test_auto_without_a_call_marker_puts_no_grammar_on_the_answer_and_with_one_waits_for_it() -> None:
+def _held(use, text: str) -> str:  # noqa: ANN001
+    """What a stream has sent of ``text`` so far, fed as it came."""
+    watch = CallWatch(use)
+    return "".join(getattr(p, "text", "") for p in watch.feed(text))
+
+
+def test_a_stream_holds_back_only_what_may_still_become_a_call() -> None:
     use = read_tools([WEATHER], "auto", None)
-    assert use.constraint("json", None, None) is None
+    for maybe in ("```json\n{", "  {", '{"na', '```json\n{{"name": "get_we', "I will call <tool"):
+        assert not _held(use, maybe).endswith(maybe.strip()[-3:]), maybe
+    # a fence that names another language, JSON that names no tool, prose: never a call, sent as written
+    for text in ("```python\ndef f():\n", '{"host": "0.0.0.0"', "Here is an example:\n```json\n{", '{"name": "x"'):
+        assert _held(use, text) == text, text
+
+
+def test_auto_waits_for_a_call_in_the_model_own_habit() -> None:
+    use = read_tools([WEATHER], "auto", None)
+    spec = use.constraint("json", None, None)
+    assert '^{"name": "get_weather"' in spec.triggers and '^{{"name": "get_weather"' in spec.triggers
+    assert '^```json\n{"name": "get_weather"' in spec.triggers and "<tool_call>" not in spec.triggers
     spec = use.constraint("hermes", 151657, 151658)
-    assert spec.triggers == ("<[151657]>",) and "```" not in spec.text and "fence" not in spec.text
+    assert spec.triggers[0] == "<[151657]>" and '^{{"name": "get_weather"' in spec.triggers
     required = read_tools([WEATHER], "required", None).constraint("json", None, None)
     assert required is not None and required.triggers == ()
 
@@ -66,13 +84,25 @@ def _takes(grammars: Grammars, spec, text: str) -> bool:  # noqa: ANN001
 
 
 def test_a_call_opened_with_the_marker_closes_only_with_its_own_closer(grammars: Grammars) -> None:
-    # the marker as text (a vocabulary without it as one token): the grammar holds from after it
+    # the marker as text (a vocabulary without it as one token): the grammar is fed from the marker on
     spec = read_tools([WEATHER], "auto", None).constraint("hermes", None, None)
-    assert spec.triggers == ("<tool_call>",)
+    assert spec.triggers[0] == "<tool_call>"
     # the call as the grammar spaces it (compact, or json.dumps' separators): whichever it is, only the closer ends it
     calls = [CALL, CALL.replace(": ", ":").replace(", ", ",")]
-    assert any(_takes(grammars, spec, f"\n{call}\n</tool_call>") for call in calls)
-    assert not any(_takes(grammars, spec, f"\n{call}\n```") for call in calls)
+    assert any(_takes(grammars, spec, f"<tool_call>\n{call}\n</tool_call>") for call in calls)
+    assert not any(_takes(grammars, spec, f"<tool_call>\n{call}\n```") for call in calls)
+    # after the last call only one newline (or another call): never free whitespace to run on in
+    assert _takes(grammars, spec, f"<tool_call>\n{CALL}\n</tool_call>\n")
+    assert not _takes(grammars, spec, f"<tool_call>\n{CALL}\n</tool_call>\n ")
+
+
+@pytest.mark.parametrize("text", ["{" + CALL + "}", f"```json\n{CALL}\n```", f"  [{CALL}, {CALL}]", CALL],
+                         ids=["doubled", "fenced", "list", "bare"])
+def test_the_grammar_takes_each_shape_a_call_starts_in(grammars: Grammars, text: str) -> None:
+    for style in ("json", "hermes"):
+        spec = read_tools([WEATHER], "auto", None).constraint(style, None, None)
+        assert _takes(grammars, spec, text), (style, text)
+        assert not _takes(grammars, spec, text + "\nThat is the call."), (style, text)
 
 
 def test_a_json_example_asked_of_the_embedded_model_comes_back_as_text(model_path: Path) -> None:

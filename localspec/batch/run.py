@@ -18,6 +18,7 @@ from localspec.schema.spec import follow_prompt
 from localspec.settings import GenerationSettings
 from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.scheduler import Scheduler
+from localspec.structured.tools import calls_finish
 
 # what a Finished reason is called in a result: the OpenAI words where there is one
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",
@@ -71,7 +72,7 @@ def run_requests(
                 calls = rt.tool_calls(result.text, pending.request.tools)
                 if calls.calls:
                     result.text, result.tool_calls = calls.content or "", list(calls.calls)
-                    result.finish_reason = "tool_calls"
+                    result.finish_reason = calls_finish(event.reason)
             yield result
         elif isinstance(event, Failed):
             yield Result(pending.request.id, finish_reason="error", error=event.message, index=pending.index)

@@ -25,6 +25,8 @@ JSON_OPTIONS = json_options(DEFAULT)
 # the most bytes a schema, a grammar or a regex may have (a tools list: structured/tools.py): far above any real one,
 # and what one request may make a server compile (DESIGN.md, "Requests that cannot hurt each other")
 TEXT_MAX = 64 * 1024
+# the name of a tool call's grammar (structured/tools.py): its answer ends where the model leaves its calls
+TOOL_CALLS = "tool_calls"
 # compiled grammars kept, by their spec's text and grammar's bytes: a server's clients may send a new schema each time
 _CACHE: BoundedCache[ConstraintSpec, str | ConstraintError] = BoundedCache(
     256, 16 * 1024 * 1024, lambda spec, grammar: len(spec.text) + (len(grammar) if isinstance(grammar, str) else 0))
@@ -67,8 +69,10 @@ class ConstraintSpec:
     kind: Kind
     text: str = ""
     name: str = ""
-    # the grammar holds only from the first of these in the answer on (text, or a token as "<[id]>"): before it
-    # the text is free (a tool call after its trigger, structured/tools.py); () holds the whole answer
+    # the grammar holds only from the first of these in the answer on (text, or a token as "<[id]>"; "^text": the
+    # answer's start, after a little whitespace): before it the text is free (a tool call after its trigger,
+    # structured/tools.py), and from it the grammar is fed the text from where the trigger began; () holds the
+    # whole answer
     triggers: tuple[str, ...] = ()
     # how a JSON kind's answer is spaced, (item, key): as the prompt's own JSON (follow_prompt); a
     # schema's own "x-guidance" goes over it

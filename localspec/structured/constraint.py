@@ -32,6 +32,7 @@ import numpy as np
 from localspec.drafters.base import FORCED, Draft, Verdict
 from localspec.sampling import Distribution, shape, shape_candidates, top_k
 from localspec.settings import SamplingSettings
+from localspec.structured.call_shapes import ANCHORED, anchored_start
 
 # the last tokens of a tool call's budget in which it is shut (``close_at``): enough for a string, two braces, the
 # forced names of two missing required parameters with empty values, and the end
@@ -69,17 +70,26 @@ class Constraint:
 
     def __init__(self, matcher: object, eog: frozenset[int], n_vocab: int, triggers: tuple[str, ...] = (),
                  piece: Callable[[int], bytes] | None = None, closers: np.ndarray | None = None,
-                 memo: SpecMemo | None = None) -> None:
+                 memo: SpecMemo | None = None, tokenize: Callable[[bytes], list[int]] | None = None,
+                 ends_when_left: bool = False) -> None:
         self.matcher = matcher
         self.eog = eog
         self.n_vocab = n_vocab
-        # free text until a trigger (a token id, or text the answer ends with at a token's end), then the grammar
+        # free text until a trigger (a token id; text the answer ends with at a token's end; "^text": text the answer
+        # starts with, structured/call_shapes.py), then the grammar, fed the answer from where the trigger began
         ids = [re.fullmatch(r"<\[(\d+)\]>", t) for t in triggers]
         self._trigger_ids = frozenset(int(m[1]) for m in ids if m)
-        self._trigger_texts = tuple(t.encode() for t, m in zip(triggers, ids) if not m)
+        self._trigger_texts = tuple(t.encode() for t, m in zip(triggers, ids) if not m and not t.startswith(ANCHORED))
+        self._anchored: tuple[str, ...] | None = tuple(t[len(ANCHORED):] for t in triggers
+                                                       if t.startswith(ANCHORED)) or None
         self._piece = piece
+        self._tokenize = tokenize
         self._tail = b""
+        self._answer: list[tuple[int, bytes]] = []  # before the trigger: the answer's tokens and their bytes
         self.active = not triggers
+        # a tool call's grammar (schema.spec.TOOL_CALLS): where the model's own token is forbidden and the grammar may
+        # end, the answer ends (it wants to write on after its calls; no call is forced out of it)
+        self.ends_when_left = ends_when_left
         self._mask = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
         self.seconds = 0.0  # host time spent in the grammar this generation
         self.dead_end = False  # no token was allowed: the grammar cannot go on
@@ -192,7 +202,8 @@ class Constraint:
             self._step()
             t0 = time.perf_counter()
             if not self.allows(token):
-                token = self._best_allowed(row, token)
+                token = min(self.eog) if self.ends_when_left and self.matcher.is_accepting() \
+                    else self._best_allowed(row, token)
             self.seconds += time.perf_counter() - t0
             return token
         self._step()
@@ -244,12 +255,57 @@ class Constraint:
         self.seconds += time.perf_counter() - t0
 
     def _watch(self, token: int) -> None:
-        """Before the trigger: has this token completed it? Then the grammar holds from the next token on."""
+        """Before the trigger: has this token completed it? Then the grammar holds, fed from where it began."""
+        piece = self._piece(token) if self._piece is not None else b""
+        answer = self._answer
+        answer.append((token, piece))
         if token in self._trigger_ids:
-            self.active = True
-        elif self._trigger_texts and self._piece is not None:
-            self._tail = (self._tail + self._piece(token))[-64:]
-            self.active = any(self._tail.endswith(t) for t in self._trigger_texts)
+            self._begin(len(answer) - 1)
+            return
+        if self._trigger_texts and self._piece is not None:
+            self._tail = (self._tail + piece)[-64:]
+            for text in self._trigger_texts:
+                if self._tail.endswith(text):
+                    self._begin_at_byte(sum(len(p) for _, p in answer) - len(text))
+                    return
+        if self._anchored is not None:
+            start = anchored_start(b"".join(p for _, p in answer).decode("utf-8", "replace"), self._anchored)
+            if start:
+                self._begin(0)
+            elif start is False:  # the answer can no longer start as a call: only a marker may come now
+                self._anchored = None
+        if self._anchored is None:  # kept: only what a text marker may span
+            kept, size = 0, 0
+            while self._trigger_texts and kept < len(answer) and size < 64:
+                kept += 1
+                size += len(answer[-kept][1])
+            del answer[:len(answer) - kept]
+
+    def _begin_at_byte(self, start: int) -> None:
+        """The trigger began ``start`` bytes into the answer: fed from the token there, or, where a token straddles
+        that byte, the trigger's bytes tokenized again (the grammar reads bytes: any tokens of them are the same)."""
+        at = 0
+        for i, (_, piece) in enumerate(self._answer):
+            if at == start:
+                self._begin(i)
+                return
+            if at > start:
+                break
+            at += len(piece)
+        rest = b"".join(p for _, p in self._answer)[start:]
+        if self._tokenize is not None:
+            self._feed(self._tokenize(rest))
+
+    def _begin(self, i: int) -> None:
+        """The call began at the answer's ``i``-th token: the grammar takes over, fed from there."""
+        self._feed([t for t, _ in self._answer[i:]])
+
+    def _feed(self, tokens: list[int]) -> None:
+        self._answer, self._anchored = [], None
+        if self.matcher.validate_tokens(tokens) < len(tokens):  # written otherwise than the grammar would: text
+            return
+        self.active = True
+        self._pending = list(tokens)
 
     def _fill_mask(self) -> bool:
         """The next token's mask into ``_mask``, with the ends allowed exactly where the grammar may end; whether

@@ -27,7 +27,7 @@ import numpy as np
 from localspec.errors import STOPPING
 from localspec.schema.cache import BoundedCache
 from localspec.schema.json_style import DEFAULT, Separators
-from localspec.schema.spec import ConstraintError, ConstraintSpec
+from localspec.schema.spec import TOOL_CALLS, ConstraintError, ConstraintSpec
 from localspec.structured.constraint import Constraint, SpecMemo
 from localspec.structured.pieces import pieces
 
@@ -107,7 +107,11 @@ class Grammars:
             entry = (compiled, SpecMemo())
         pristine, memo = entry
         return Constraint(pristine.deep_copy(), self._eog, self.vocab.n_tokens, spec.triggers, self.vocab.piece,
-                          self._closers, memo)
+                          self._closers, memo, self._retokenize, ends_when_left=spec.name == TOOL_CALLS)
+
+    def _retokenize(self, data: bytes) -> list[int]:
+        """Tokens of ``data`` (a trigger's bytes, fed to its grammar: structured/constraint.py), specials included."""
+        return self.vocab.tokenize(data.decode("utf-8", "replace"), add_special=False, parse_special=True)
 
     def matches(self, schema: Mapping[str, Any], value: Any, separators: Separators = DEFAULT) -> bool:
         """Whether ``value`` (parsed JSON) is valid under ``schema``: written as the grammar writes JSON (with

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from localspec.schema.json_style import separators_of
 from localspec.schema.spec import ConstraintSpec
-from localspec.structured.tools import Calls, ToolUse, read_calls
+from localspec.structured.tools import HERMES_CLOSE, HERMES_OPEN, Calls, ToolUse, read_calls
 
 if TYPE_CHECKING:
     from localspec.engine.chat import ChatTemplate, Message
     from localspec.engine.vocab import Vocab
     from localspec.structured.grammars import Grammars
 
-HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+
 
 
 def tool_prompt(template: ChatTemplate, vocab: Vocab, messages: Sequence[Message],
@@ -55,7 +55,7 @@ def tool_prompt(template: ChatTemplate, vocab: Vocab, messages: Sequence[Message
     return template.tokenize(vocab, plain), use.constraint("json", None, None, separators)
 
 
-def tool_calls(grammars: Grammars, text: str, use: ToolUse) -> Calls:
+def tool_calls(grammars: Grammars, text: str, use: ToolUse, ids: tuple[str, ...] = ()) -> Calls:
     """The calls in an answer; a call whose arguments do not match its tool's parameters is no call."""
     functions = use.functions()
 
@@ -64,7 +64,7 @@ def tool_calls(grammars: Grammars, text: str, use: ToolUse) -> Calls:
     def valid(name: str, arguments: Mapping[str, Any]) -> bool:
         return grammars.matches(functions[name].get("parameters") or {"type": "object"}, arguments, separators)
 
-    return read_calls(text, use, valid)
+    return read_calls(text, use, valid, ids)
 
 
 def _single(vocab: Vocab, text: str) -> int | None:

@@ -7,14 +7,12 @@ Two ways a model calls a tool:
 - ``json``: a model without such a template (the embedded Gemma): the tools are described in a system message and
   a call is a JSON object ``{"name": …, "arguments": …}`` (a list of them for parallel calls).
 
-``tool_choice`` "required" or a named function constrains the whole answer to calls. "auto" leaves the text free;
-only an unambiguous call marker starts the grammar: a template's own call token (Qwen's ``<tool_call>``), from
-which the grammar holds the call up to its own closer (a trigger inside an accepted draft starts the grammar at
-that token, structured/constraint.py). A model without such a marker answers freely, and its answer is read
-afterwards: an answer that is only JSON (bare, or in one fence) naming a tool, with arguments its tool accepts, is
-a call. A JSON example in a fence among other text (a config the user asked for) is never forced into a call, nor
-read as one. Every call returned has arguments that parse and match its tool's parameters; anything else stays
-text.
+``tool_choice`` "required" or a named function constrains the whole answer to calls. "auto" leaves the text free
+until a call starts, in the model's own habit (structured/call_shapes.py: the template's marker anywhere, or a call's
+JSON naming an offered tool at the answer's start, bare, doubled or fenced); from there the grammar holds the call,
+fed from where it began (structured/constraint.py), so it is valid and the answer ends after it. A JSON example in a
+fence among other text (a config the user asked for), or JSON naming no tool, is never forced into a call, nor read
+as one. Every call returned has arguments that parse and match its tool's parameters; anything else stays text.
 """
 
 from __future__ import annotations
@@ -29,9 +27,11 @@ from typing import Any
 from localspec.schema.defaults import with_defaults
 from localspec.schema.json_style import DEFAULT, Separators, json_options
 from localspec.schema.numbers import bounded
-from localspec.schema.spec import ConstraintError, ConstraintSpec, capped_json
+from localspec.schema.spec import TOOL_CALLS, ConstraintError, ConstraintSpec, capped_json
+from localspec.structured.call_shapes import ANCHORED, heads, lark_forms, marked_blocks, whole_answer_json
 
 CHOICES = ("none", "auto", "required")
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 TOOLS_MAX = 128  # OpenAI's own limit: each tool's parameters are a schema to compile
 
 
@@ -51,41 +51,50 @@ class ToolUse:
     def functions(self) -> dict[str, dict[str, Any]]:
         return {t["function"]["name"]: t["function"] for t in self.tools}
 
+    def names(self) -> list[str]:
+        """The tools a call may name: all, or the one ``tool_choice`` names."""
+        return [name for name in self.functions() if self.choice in ("auto", "required", name)]
+
     def call_schema(self) -> dict[str, Any]:
         """One call: {"name": a tool's name, "arguments": that tool's parameters}."""
-        chosen = [f for name, f in self.functions().items() if self.choice in ("auto", "required", name)]
-        variants = [{"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": with_defaults(
-                         f.get("parameters") or {"type": "object"})},
-                     "required": ["name", "arguments"], "additionalProperties": False} for f in chosen]
+        functions = self.functions()
+        variants = [{"type": "object", "properties": {"name": {"const": name}, "arguments": with_defaults(
+                         functions[name].get("parameters") or {"type": "object"})},
+                     "required": ["name", "arguments"], "additionalProperties": False} for name in self.names()]
         return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
     def constraint(self, style: str, open_token: int | None, close_token: int | None,
-                   separators: Separators = DEFAULT) -> ConstraintSpec | None:
-        """The grammar of the answer: calls only ("required", a name), free text until the template's call marker
-        ("auto", hermes), or none ("auto" without a marker: the answer is read afterwards); its JSON spaced with
-        ``separators`` (the prompt's, schema/json_style.py), its numbers bounded."""
+                   separators: Separators = DEFAULT) -> ConstraintSpec:
+        """The grammar of the answer, its JSON spaced with ``separators`` (the prompt's, schema/json_style.py), its
+        numbers bounded: calls only ("required", a name), or ("auto") free text until a call starts
+        (structured/call_shapes.py: the template's marker anywhere, a call's JSON at the answer's start), from
+        where the call began on. Either way the answer ends when its calls are complete: after the last, only the
+        end of the turn or one more call (where ``parallel``)."""
         # inside a Lark grammar the schema carries its JSON options itself
-        options = json_options(separators)
-        schema = json.dumps({"x-guidance": options, **bounded(self.call_schema())})
+        schema = json.dumps({"x-guidance": json_options(separators), **bounded(self.call_schema())})
+        call = f"call: %json {schema}"
+        item, key = separators
+        starts = tuple(ANCHORED + head for head in heads(self.names(), key, self.parallel))
+        forms = lark_forms("call", item, self.parallel)
         if style == "hermes":
             opening = f"<[{open_token}]>" if open_token is not None else '"<tool_call>"'
             closing = f"<[{close_token}]>" if close_token is not None else '"</tool_call>"'
             block = f'"\\n"? call "\\n"? {closing}'  # an opener closes with its own closer
-            more = f" (ws {opening} {block})*" if self.parallel else ""
-            if self.choice == "auto":  # the marker itself was free text; the grammar takes over after it
-                lark = f"start: {block}{more}"
-                triggers: tuple[str, ...] = (f"<[{open_token}]>" if open_token is not None else "<tool_call>",)
-            else:
-                lark = f"start: {opening} {block}{more}"
-                triggers = ()
-            lark += f"\ncall: %json {schema}\nws: /[ \\n]*/"
-            return ConstraintSpec("grammar", lark, "tool_calls", triggers)
+            # one newline between calls and after the last, never free whitespace: a model that wants text after its
+            # calls ends there (Constraint: a forbidden token where the grammar may end is the end)
+            more = f' ("\\n"? {opening} {block})*' if self.parallel else ""
+            marked = f'marked: {opening} {block}{more} "\\n"?'
+            if self.choice != "auto":
+                return ConstraintSpec("grammar", f"start: marked\n{marked}\n{call}", TOOL_CALLS)
+            marker = f"<[{open_token}]>" if open_token is not None else HERMES_OPEN
+            return ConstraintSpec("grammar", f"start: lead? (marked | anchored)\n{marked}\n{forms}\n{call}",
+                                  TOOL_CALLS, (marker, *starts))
+        if self.choice == "auto":  # no marker: only a call's JSON at the answer's start starts the grammar
+            return ConstraintSpec("grammar", f"start: lead? anchored\n{forms}\n{call}", TOOL_CALLS, starts)
         one = self.call_schema()
-        many = {"type": "array", "items": one, "minItems": 1}
-        whole = json.dumps({"x-guidance": options, **bounded({"anyOf": [one, many]} if self.parallel else one)})
-        if self.choice == "auto":  # no marker to wait for: any JSON may be an example, so nothing is forced
-            return None
-        return ConstraintSpec("grammar", f"start: %json {whole}", "tool_calls")
+        whole = {"anyOf": [one, {"type": "array", "items": one, "minItems": 1}]} if self.parallel else one
+        whole_json = json.dumps({"x-guidance": json_options(separators), **bounded(whole)})
+        return ConstraintSpec("grammar", f"start: %json {whole_json}", TOOL_CALLS)
 
     def system_text(self, separators: Separators = DEFAULT) -> str:
         """For a template that cannot show tools: the tools and how to call them, in words the model can follow;
@@ -162,19 +171,16 @@ class Calls:
     calls: tuple[dict[str, Any], ...]
 
 
-def read_calls(text: str, use: ToolUse, valid: Any) -> Calls:
-    """The calls in ``text`` (the answer, with ``<tool_call>`` markers written out), each checked by ``valid(name,
-    arguments) -> bool`` against its tool; the answer as plain text where it holds no valid call."""
+def read_calls(text: str, use: ToolUse, valid: Any, ids: tuple[str, ...] = ()) -> Calls:
+    """The calls in ``text`` (the answer, with ``<tool_call>`` markers written out), in the shapes
+    structured/call_shapes.py lists, each checked by ``valid(name, arguments) -> bool`` against its tool; the answer
+    as plain text where it holds no valid call. ``ids``: the calls' ids where a stream already gave them."""
     functions = use.functions()
-    found: list[tuple[int, Any]] = []
-    for m in re.finditer(r"<tool_call>(.*?)(?:</tool_call>|```|$)", text, re.S):  # the reader takes either closer
-        found.append((m.start(), _loads(m.group(1))))
-    if not found:  # the whole answer as a call: bare JSON, or JSON alone in one fence
-        m = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*(?:```\s*)?", text, re.S)
-        if m:
-            found.append((0, _loads(m.group(1))))
-        elif text.strip().startswith(("{", "[")):
-            found.append((0, _loads(text)))
+    found = list(marked_blocks(text, HERMES_OPEN, HERMES_CLOSE))
+    if not found:  # the whole answer as a call: bare JSON, doubled, or alone in one fence
+        value = whole_answer_json(text)
+        if value is not None:
+            found.append((0, value))
     calls: list[dict[str, Any]] = []
     start = len(text)
     for at, value in found:
@@ -186,7 +192,8 @@ def read_calls(text: str, use: ToolUse, valid: Any) -> Calls:
                 arguments = _loads(arguments)
             if not isinstance(arguments, Mapping) or not valid(call["name"], arguments):
                 return Calls(text, ())
-            calls.append({"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+            i = len(calls)
+            calls.append({"id": ids[i] if i < len(ids) else new_call_id(), "type": "function",
                           "function": {"name": call["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}})
         start = min(start, at)
     if not calls:
@@ -195,14 +202,18 @@ def read_calls(text: str, use: ToolUse, valid: Any) -> Calls:
     return Calls(content or None, tuple(calls))
 
 
-def may_call(text: str) -> bool:
-    """Whether a call may have begun in ``text`` (a stream holds the rest back until it knows): a call marker, or
-    an answer that so far is only JSON, bare or fenced."""
-    return "<tool_call>" in text or text.lstrip().startswith(("{", "[", "```"))
+def calls_finish(reason: str) -> str:
+    """The finish reason of an answer that holds calls: ``tool_calls``, or ``length`` where the token limit (or the
+    context) cut it."""
+    return "length" if reason in ("length", "context_full") else "tool_calls"
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
 
 
 def _loads(text: str) -> Any:
     try:
         return json.loads(text.strip())
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
