@@ -14,7 +14,6 @@ request alone with its own error (a stream's last event before ``[DONE]``).
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,15 +32,16 @@ from starlette.types import Receive, Scope, Send
 
 from localspec.batch.run import make_job
 from localspec.errors import UserError
-from localspec.events import Finished, Prefill, Step
 from localspec.history import scope_of_key
-from localspec.openai_body import Body, Kind, loads
+from localspec.openai_body import Body, loads
+from localspec.serve import messages_api, responses_api
+from localspec.serve.face import Face, FaceAnswer
 from localspec.serve.metrics import LagProbe
+from localspec.serve.pieces import Ended, FailedPiece, Piece, answer_pieces
 from localspec.serve.protocol import ApiError, parse
-from localspec.serve.responses import Answer, timings
+from localspec.serve.responses import Answer, failure
 from localspec.serve.service import Service, Ticket
-from localspec.speculative.jobs import Failed
-from localspec.structured.tools import ToolUse, may_call
+from localspec.structured.tools import Calls, ToolUse
 
 log = logging.getLogger("localspec.serve")
 T = TypeVar("T")
@@ -77,12 +77,14 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
         requests to another's. One key today; a second key would be a second scope, nothing else to change."""
         if limits.api_key is None:
             return scope_of_key(None)
-        # "Bearer KEY", the scheme in any case (RFC 7235: auth schemes are case-insensitive)
+        # "Bearer KEY", the scheme in any case (RFC 7235: auth schemes are case-insensitive); or Anthropic's
+        # "x-api-key: KEY"
         scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
-        right = hmac.compare_digest(given.strip().encode(), limits.api_key.encode())
-        if scheme.lower() != "bearer" or not right:
-            raise ApiError(401, "a valid API key is needed: send the header 'Authorization: Bearer KEY'",
-                           type="authentication_error", code="invalid_api_key")
+        if scheme.lower() != "bearer":
+            given = request.headers.get("x-api-key", "")
+        if not hmac.compare_digest(given.strip().encode(), limits.api_key.encode()):
+            raise ApiError(401, "a valid API key is needed: send the header 'Authorization: Bearer KEY' (or "
+                                "'x-api-key: KEY')", type="authentication_error", code="invalid_api_key")
         return scope_of_key(limits.api_key)
 
     async def read_body(request: Request) -> bytes:
@@ -108,31 +110,32 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             raise ApiError(404, f"the model {name!r} is not served here: use {model_name!r} (GET /v1/models)",
                            param="model", code="model_not_found")
 
-    def admit(kind: Kind, raw: bytes) -> tuple[Body, Answer, Any]:
+    def admit(face: Face, raw: bytes) -> tuple[Body, FaceAnswer, Any]:
         """The request as a job, every part of it checked (in a worker thread: it may compile a grammar)."""
-        body = parse(kind, decoded(raw))
+        data = decoded(raw)
+        body = face.read(data)
         check_model(body.model)
-        answer = Answer(chat=kind == "chat", model=model_name)
-        return body, answer, job_of(body, answer)
+        answer = face.answer(model_name, data)
+        return body, answer, job_of(body, answer.id, face.prompt_param)
 
-    async def admitted(kind: Kind, raw: bytes) -> tuple[Body, Answer, Any]:
+    async def admitted(face: Face, raw: bytes) -> tuple[Body, FaceAnswer, Any]:
         with anyio.move_on_after(limits.admit_timeout) as scope:
-            return await anyio.to_thread.run_sync(lambda: admit(kind, raw), limiter=admitting,
+            return await anyio.to_thread.run_sync(lambda: admit(face, raw), limiter=admitting,
                                                   abandon_on_cancel=True)
         assert scope.cancelled_caught
         raise ApiError(503, f"the server could not check this request within {limits.admit_timeout:g} s (its grammar's "
                             "compile, behind others'); retry later", type="server_error", code="server_busy",
                        headers={"Retry-After": "5"})
 
-    def job_of(body: Body, answer: Answer) -> Any:
+    def job_of(body: Body, id: str, prompt_param: str) -> Any:
         try:
-            job = make_job(rt, replace(body.request, id=answer.id), 0, chat=False)
+            job = make_job(rt, replace(body.request, id=id), 0, chat=False)
         except UserError as e:  # BodyError and ConstraintError name their field
             raise ApiError(400, str(e), param=getattr(e, "param", None)) from None
         if len(job.prompt) >= rt.lanes.n_ctx:
             raise ApiError(400, f"the prompt is {len(job.prompt)} tokens but a sequence holds {rt.lanes.n_ctx} "
-                                "(the server's --ctx)", param="messages" if answer.chat else "prompt",
-                           code="context_length_exceeded")
+                                "(the server's --ctx)", param=prompt_param if body.request.messages is not None
+                           else "prompt", code="context_length_exceeded")
         return job
 
     async def queued(request: Request, ticket: Ticket) -> None:
@@ -146,9 +149,9 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                                 "retry later", type="server_error", code="server_busy",
                            headers={"Retry-After": str(max(1, round(limits.queue_timeout / 4)))})
 
-    async def generate(request: Request, kind: Kind) -> Response:
+    async def generate(request: Request, face: Face) -> Response:
         scope = authorize(request)
-        body, answer, job = await admitted(kind, await read_body(request))
+        body, answer, job = await admitted(face, await read_body(request))
         job.scope = scope
         deadline = None if limits.request_timeout is None else time.monotonic() + limits.request_timeout
         ticket = service.submit(job, deadline)
@@ -158,79 +161,40 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             ticket.gone.set()
             service.queue.withdraw(ticket)
             raise
-        tools = body.request.tools
+        pieces = answer_pieces(ticket.events.get, body.request.tools, read_calls, ticket.drafters)
         if body.stream:
-            return _EventStream(_sse(stream(answer, ticket, body.include_usage, tools)), ticket)
+            return _EventStream(_guarded(answer, answer.stream(pieces, body.include_usage)), ticket)
         try:
-            done = await watching(request, ticket, lambda: whole(answer, ticket, tools))
+            done = await watching(request, ticket, lambda: _last(pieces))
         finally:
             ticket.gone.set()
-        if isinstance(done, ApiError):  # raised out here: inside watching's task group it would come wrapped
-            raise done
-        return JSONResponse(done)
+        if isinstance(done, FailedPiece):  # raised out here: inside watching's task group it would come wrapped
+            raise failure(done)
+        return JSONResponse(answer.whole(done))
 
-    async def read_calls(text: str, tools: ToolUse | None) -> Any:
+    async def read_calls(text: str, tools: ToolUse, ids: tuple[str, ...]) -> Calls:
         """The calls in an answer, read in a worker thread: checking their arguments may compile a tool's schema."""
-        if tools is None:
-            return None
-        return await anyio.to_thread.run_sync(rt.tool_calls, text, tools, limiter=admitting)
+        return await anyio.to_thread.run_sync(rt.tool_calls, text, tools, ids, limiter=admitting)
 
-    async def whole(answer: Answer, ticket: Ticket, tools: ToolUse | None) -> dict[str, Any] | ApiError:
-        pieces: list[str] = []
-        reused = 0
-        while True:
-            event = await ticket.events.get()
-            if isinstance(event, Prefill):
-                reused = event.prompt_tokens - event.new_tokens
-            elif isinstance(event, Step):
-                pieces.extend(t.text for t in event.emitted)
-            elif isinstance(event, Finished):
-                pieces.append(event.tail)
-                text = "".join(pieces)
-                calls = await read_calls(text, tools)
-                return answer.whole(text, event.reason, event.stats, reused, ticket.drafters, calls)
-            elif isinstance(event, Failed):
-                return failure(event)
+    def face_route(face: Face) -> Callable[[Request], Awaitable[Response]]:
+        async def handle(request: Request) -> Response:
+            return await answered(request, face.endpoint, lambda: generate(request, face), face.error_body)
 
-    async def stream(answer: Answer, ticket: Ticket, include_usage: bool,
-                     tools: ToolUse | None) -> AsyncIterator[dict[str, Any]]:
-        reused = 0
-        text = ""
-        held = ""  # with tools: the text from where a call may begin, sent at the end as calls or as text
-        yield answer.chunk(first=True)
-        while True:
-            event = await ticket.events.get()
-            if isinstance(event, Prefill):
-                reused = event.prompt_tokens - event.new_tokens
-            elif isinstance(event, Step):
-                piece = "".join(t.text for t in event.emitted)
-                text += piece
-                if tools is not None and (held or may_call(text)):
-                    held += piece
-                elif piece:
-                    yield answer.chunk(piece)
-            elif isinstance(event, Finished):
-                text += event.tail
-                calls = await read_calls(text, tools)
-                reason = event.reason
-                if calls is not None and calls.calls:
-                    yield answer.calls_chunk(calls)
-                    reason = "tool_calls"
-                elif held + event.tail:
-                    yield answer.chunk(held + event.tail)
-                yield answer.chunk(reason=reason, extra={"timings": timings(event.stats, reused, ticket.drafters)})
-                if include_usage:
-                    yield answer.usage_chunk(event.stats, reused)
-                return
-            elif isinstance(event, Failed):  # its own cause, in OpenAI's error shape; [DONE] follows
-                yield failure(event).body()
-                return
+        return handle
 
-    async def chat_completions(request: Request) -> Response:
-        return await answered(request, "chat/completions", lambda: generate(request, "chat"))
+    def count_route(face: Face) -> Callable[[Request], Awaitable[Response]]:
+        """The prompt's tokens as ``face`` would generate from it (Anthropic's count_tokens), admitted and checked
+        as a generation is, never generated."""
 
-    async def completions(request: Request) -> Response:
-        return await answered(request, "completions", lambda: generate(request, "completion"))
+        async def count(request: Request) -> Response:
+            authorize(request)
+            _, _, job = await admitted(face, await read_body(request))
+            return JSONResponse({"input_tokens": len(job.prompt)})
+
+        async def handle(request: Request) -> Response:
+            return await answered(request, face.endpoint + "/count_tokens", lambda: count(request), face.error_body)
+
+        return handle
 
     async def models(request: Request) -> Response:
         async def listing() -> Response:
@@ -255,19 +219,20 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
 
         return await answered(request, "metrics", text)
 
-    async def answered(request: Request, endpoint: str, handle: Callable[[], Awaitable[Response]]) -> Response:
-        """The handler's response, or its error in OpenAI's shape; counted either way."""
+    async def answered(request: Request, endpoint: str, handle: Callable[[], Awaitable[Response]],
+                       error_body: Callable[[ApiError], dict[str, Any]] = ApiError.body) -> Response:
+        """The handler's response, or its error in its API's shape (``error_body``); counted either way."""
         try:
             response = await handle()
         except ClientGone:
             response = Response(status_code=CLIENT_GONE)
         except ApiError as e:
-            response = JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+            response = JSONResponse(error_body(e), status_code=e.status, headers=e.headers)
         except Exception as e:  # one line at the default verbosity; the traceback at debug (--verbose)
             log.error("%s failed: %s: %s", endpoint, type(e).__name__, " ".join(str(e).split())[:300])
             log.debug("%s failed", endpoint, exc_info=True)
-            response = JSONResponse(ApiError(500, "internal error: see the server's log", type="server_error")
-                                    .body(), status_code=500)
+            response = JSONResponse(error_body(ApiError(500, "internal error: see the server's log",
+                                                        type="server_error")), status_code=500)
         service.metrics.request(endpoint, response.status_code)
         return response
 
@@ -286,21 +251,21 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             yield
             group.cancel_scope.cancel()
 
+    faces = (Face("chat/completions", lambda data: parse("chat", data), lambda model, _: Answer(True, model)),
+             Face("completions", lambda data: parse("completion", data), lambda model, _: Answer(False, model),
+                  prompt_param="prompt"))
+    responses, messages = responses_api.face(), messages_api.face()
     routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", face_route(faces[0]), methods=["POST"]),
+        Route("/v1/completions", face_route(faces[1]), methods=["POST"]),
+        Route("/v1/responses", face_route(responses), methods=["POST"]),
+        Route("/v1/messages", face_route(messages), methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_route(messages_api.count_face()), methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: not_found}, lifespan=lifespan)
-
-
-def failure(event: Failed) -> ApiError:
-    """A request's own failure as its answer: a 400 where its input was at fault, else a 500 naming the cause."""
-    if event.status < 500:
-        return ApiError(event.status, event.message)
-    return ApiError(event.status, event.message, type="server_error")
 
 
 async def watching(request: Request, ticket: Ticket, wait: Callable[[], Awaitable[T]]) -> T:
@@ -325,16 +290,23 @@ async def watching(request: Request, ticket: Ticket, wait: Callable[[], Awaitabl
     return result[0]
 
 
-async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _last(pieces: AsyncIterator[Piece]) -> Ended | FailedPiece:
+    async for piece in pieces:
+        if isinstance(piece, (Ended, FailedPiece)):
+            return piece
+    raise RuntimeError("the answer ended without its end")
+
+
+async def _guarded(answer: FaceAnswer, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The stream has its 200 already: what fails in it is its own error as its last event, one line in the log."""
     try:
-        async for chunk in chunks:
-            yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
-    except Exception as e:  # the stream has its 200 already: its own error as its last event, one line in the log
+        async for event in events:
+            yield event
+    except Exception as e:
         message = f"the answer failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
         log.error("%s", message)
         log.debug("the stream failed", exc_info=True)
-        yield f"data: {json.dumps(ApiError(500, message, type='server_error').body())}\n\n".encode()
-    yield b"data: [DONE]\n\n"
+        yield answer.failed(ApiError(500, message, type="server_error"))
 
 
 class _EventStream(StreamingResponse):

@@ -1,25 +1,24 @@
-"""OpenAI's response objects, built from a generation's text and stats (chat and text completions, whole or as
-stream chunks), with llama-server's ``timings`` and localspec's own speculation figures beside ``usage``."""
+"""OpenAI's chat and text completion objects, built from an answer's pieces (serve/pieces.py), whole or as stream
+chunks, with llama-server's ``timings`` and localspec's own speculation figures beside ``usage``."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.events import Stats
-from localspec.structured.tools import Calls
-
-# what a Finished reason is called in the API: a context that filled up ends the answer as a token limit would
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "length", "interrupted": "stop",
-                  "tool_calls": "tool_calls"}
+from localspec.serve.pieces import CallPiece, Ended, FailedPiece, Piece, TextPiece
+from localspec.serve.protocol import ApiError
 
 
 @dataclass
 class Answer:
-    """One response being built: its id, kind (chat or text) and model, and what it has so far."""
+    """One chat or text completion being sent: its id, kind and model (serve/face.py's ``FaceAnswer``)."""
 
     chat: bool
     model: str
@@ -34,44 +33,79 @@ class Answer:
     def object(self) -> str:
         return "chat.completion" if self.chat else "text_completion"
 
-    def whole(self, text: str, reason: str, stats: Stats, reused: int, drafters: Counter[str],
-              calls: Calls | None = None) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH_REASONS.get(reason, reason)}
+    def whole(self, ended: Ended) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": ended.reason}
+        calls = ended.calls
         if calls is not None and calls.calls:  # the answer called tools (structured/tools.py)
-            choice |= {"finish_reason": "tool_calls",
-                       "message": {"role": "assistant", "content": calls.content, "tool_calls": list(calls.calls)}}
+            choice["message"] = {"role": "assistant", "content": calls.content, "tool_calls": list(calls.calls)}
         elif self.chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = {"role": "assistant", "content": ended.text}
         else:
-            choice |= {"text": text, "logprobs": None}
+            choice |= {"text": ended.text, "logprobs": None}
         return {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
-                "choices": [choice], "usage": usage(stats, reused), "timings": timings(stats, reused, drafters)}
+                "choices": [choice], "usage": usage(ended.stats, ended.reused),
+                "timings": timings(ended.stats, ended.reused, ended.drafters)}
+
+    async def stream(self, pieces: AsyncIterator[Piece], include_usage: bool) -> AsyncIterator[bytes]:
+        """Server-sent events: a chunk a piece, OpenAI's way (a call: a ``tool_calls`` delta with its id and name,
+        then its arguments in pieces), the finish reason, the usage where asked, ``[DONE]``."""
+        yield sse(self.chunk(first=True))
+        async for piece in pieces:
+            if isinstance(piece, TextPiece):
+                yield sse(self.chunk(piece.text))
+            elif isinstance(piece, CallPiece):
+                yield sse(self.call_chunk(piece))
+            elif isinstance(piece, Ended):
+                yield sse(self.chunk(reason=piece.reason,
+                                     extra={"timings": timings(piece.stats, piece.reused, piece.drafters)}))
+                if include_usage:
+                    yield sse(self.usage_chunk(piece.stats, piece.reused))
+            else:  # its own cause, in OpenAI's error shape
+                yield sse(failure(piece).body())
+        yield b"data: [DONE]\n\n"
+
+    def failed(self, error: ApiError) -> bytes:
+        """The answer failed after its stream began: its error as the last event."""
+        return sse(error.body()) + b"data: [DONE]\n\n"
 
     def chunk(self, text: str | None = None, *, first: bool = False, reason: str | None = None,
               extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """A stream chunk: the first (a chat's role), a piece of text, or the last (its finish reason)."""
-        finish = FINISH_REASONS.get(reason, reason) if reason is not None else None
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text:
                 delta["content"] = text
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": reason}
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
         return {"id": self.id, "object": self.object + ("" if not self.chat else ".chunk"), "created": self.created,
                 "model": self.model, "choices": [choice], **(extra or {})}
 
-    def calls_chunk(self, calls: Calls) -> dict[str, Any]:
-        """The answer's tool calls, whole, as OpenAI streams them (a delta per call, indexed; its arguments in one
-        piece: a client accumulates them either way)."""
-        delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls.calls)]}
+    def call_chunk(self, piece: CallPiece) -> dict[str, Any]:
+        """A piece of a tool call as OpenAI streams one: the first with its id, type and name, the rest with the
+        next part of its arguments."""
+        call: dict[str, Any] = {"index": piece.index, "function": {"arguments": piece.arguments}}
+        if piece.name is not None:
+            call |= {"id": piece.id, "type": "function", "function": {"name": piece.name,
+                                                                      "arguments": piece.arguments}}
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}
 
     def usage_chunk(self, stats: Stats, reused: int) -> dict[str, Any]:
         """``stream_options.include_usage``: one more chunk, with no choices and the usage."""
         return {"id": self.id, "object": self.object + (".chunk" if self.chat else ""), "created": self.created,
                 "model": self.model, "choices": [], "usage": usage(stats, reused)}
+
+
+def sse(data: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def failure(piece: FailedPiece) -> ApiError:
+    """A request's own failure as its answer: a 400 where its input was at fault, else a 500 naming the cause."""
+    if piece.status < 500:
+        return ApiError(piece.status, piece.message)
+    return ApiError(piece.status, piece.message, type="server_error")
 
 
 def usage(stats: Stats, reused: int) -> dict[str, Any]:
