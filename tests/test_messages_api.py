@@ -148,3 +148,34 @@ def test_what_cannot_be_done_is_a_400_that_says_so(server: Server, fields: dict[
     with pytest.raises(anthropic.BadRequestError) as caught:
         client(server).messages.create(**body)
     assert named in caught.value.body["error"]["message"]  # type: ignore[index]
+
+
+def _agent_tools(n: int, words: int) -> list[dict[str, Any]]:
+    """A coding agent's tools: ``n`` of them, each described in ``words`` words, with a few parameters."""
+    description = " ".join(["Reads, edits or runs what the user's task needs, and says what it did."] * (words // 14))
+    return [{"name": f"tool_{i}", "description": description, "input_schema": {
+        "type": "object", "properties": {"path": {"type": "string", "description": "A file path."},
+                                         "limit": {"type": "integer"}, "flags": {"type": "array",
+                                                                                 "items": {"type": "string"}}},
+        "required": ["path"]}} for i in range(n)]
+
+
+def test_a_coding_agent_request_fits_or_names_the_limit_and_its_option(server: Server) -> None:
+    """Claude Code-style traffic: dozens of tools and a system prompt of thousands of tokens. Within the limits it
+    is counted as any other, and counted past the context too (a client counts to learn whether it fits); generated
+    past the server's context, the error names --ctx; past the tools list's size, the size."""
+    api = client(server)
+    tools = _agent_tools(40, 28)  # ~20 KiB of tools
+    fits = api.messages.count_tokens(model="default", messages=SEA, tools=tools)  # type: ignore[arg-type]
+    assert fits.input_tokens > 40 * 28
+    # ~90 KiB: past a schema's 64 KiB, within the 256 KiB a tools list may have; counted past the context (2048)
+    assert api.messages.count_tokens(model="default", messages=SEA,
+                                     tools=_agent_tools(60, 280)).input_tokens > 60 * 280  # type: ignore[arg-type]
+    system = "Follow the repository's conventions and explain each change. " * 400  # ~4,000 tokens
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        api.messages.create(model="default", max_tokens=8, system=system, messages=SEA, tools=tools)  # type: ignore[arg-type]
+    assert "--ctx" in caught.value.body["error"]["message"]  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        api.messages.count_tokens(model="default", messages=SEA, tools=_agent_tools(120, 600))  # type: ignore[arg-type]
+    message = caught.value.body["error"]["message"]  # type: ignore[index]
+    assert "tools" in message and "262,144 bytes" in message, message

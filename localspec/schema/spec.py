@@ -40,12 +40,12 @@ class ConstraintError(UserError):
         self.param = param
 
 
-def too_big(what: str, param: str) -> ConstraintError:
-    return ConstraintError(f"the {what} is over the {TEXT_MAX:,} bytes a request may have", param)
+def too_big(what: str, param: str, cap: int = TEXT_MAX) -> ConstraintError:
+    return ConstraintError(f"the {what} is over the {cap:,} bytes a request may have", param)
 
 
-def capped_json(value: Any, what: str, param: str, ensure_ascii: bool = True) -> str:
-    """``value`` as json.dumps writes it; ConstraintError (``what``, ``param``) once past TEXT_MAX bytes.
+def capped_json(value: Any, what: str, param: str, ensure_ascii: bool = True, cap: int = TEXT_MAX) -> str:
+    """``value`` as json.dumps writes it; ConstraintError (``what``, ``param``) once past ``cap`` bytes.
 
     Written a piece at a time by json's Python encoder, and given up at the cap: json.dumps is one C call that holds
     the GIL throughout (~40 ms for a 1 MB schema on a 2-core EPYC), and a server's event loop would wait as long.
@@ -53,12 +53,12 @@ def capped_json(value: Any, what: str, param: str, ensure_ascii: bool = True) ->
     pieces, n = [], 0
     for piece in json.JSONEncoder(ensure_ascii=ensure_ascii).iterencode(value):
         n += len(piece)  # characters, never more than its bytes
-        if n > TEXT_MAX:
-            raise too_big(what, param)
+        if n > cap:
+            raise too_big(what, param, cap)
         pieces.append(piece)
     text = "".join(pieces)
-    if not ensure_ascii and len(text.encode("utf-8", "surrogatepass")) > TEXT_MAX:
-        raise too_big(what, param)
+    if not ensure_ascii and len(text.encode("utf-8", "surrogatepass")) > cap:
+        raise too_big(what, param, cap)
     return text
 
 

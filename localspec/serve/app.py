@@ -110,29 +110,31 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
             raise ApiError(404, f"the model {name!r} is not served here: use {model_name!r} (GET /v1/models)",
                            param="model", code="model_not_found")
 
-    def admit(face: Face, raw: bytes) -> tuple[Body, FaceAnswer, Any]:
-        """The request as a job, every part of it checked (in a worker thread: it may compile a grammar)."""
+    def admit(face: Face, raw: bytes, fits: bool) -> tuple[Body, FaceAnswer, Any]:
+        """The request as a job, every part of it checked (in a worker thread: it may compile a grammar); ``fits``:
+        its prompt must fit a sequence (not where it is only counted)."""
         data = decoded(raw)
         body = face.read(data)
         check_model(body.model)
         answer = face.answer(model_name, data)
-        return body, answer, job_of(body, answer.id, face.prompt_param)
+        return body, answer, job_of(body, answer.id, face.prompt_param if fits else None)
 
-    async def admitted(face: Face, raw: bytes) -> tuple[Body, FaceAnswer, Any]:
+    async def admitted(face: Face, raw: bytes, fits: bool = True) -> tuple[Body, FaceAnswer, Any]:
         with anyio.move_on_after(limits.admit_timeout) as scope:
-            return await anyio.to_thread.run_sync(lambda: admit(face, raw), limiter=admitting,
+            return await anyio.to_thread.run_sync(lambda: admit(face, raw, fits), limiter=admitting,
                                                   abandon_on_cancel=True)
         assert scope.cancelled_caught
         raise ApiError(503, f"the server could not check this request within {limits.admit_timeout:g} s (its grammar's "
                             "compile, behind others'); retry later", type="server_error", code="server_busy",
                        headers={"Retry-After": "5"})
 
-    def job_of(body: Body, id: str, prompt_param: str) -> Any:
+    def job_of(body: Body, id: str, prompt_param: str | None) -> Any:
+        """``prompt_param``: the field a prompt too long for a sequence is blamed on (None: not checked)."""
         try:
             job = make_job(rt, replace(body.request, id=id), 0, chat=False)
         except UserError as e:  # BodyError and ConstraintError name their field
             raise ApiError(400, str(e), param=getattr(e, "param", None)) from None
-        if len(job.prompt) >= rt.lanes.n_ctx:
+        if prompt_param is not None and len(job.prompt) >= rt.lanes.n_ctx:
             raise ApiError(400, f"the prompt is {len(job.prompt)} tokens but a sequence holds {rt.lanes.n_ctx} "
                                 "(the server's --ctx)", param=prompt_param if body.request.messages is not None
                            else "prompt", code="context_length_exceeded")
@@ -188,7 +190,8 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
 
         async def count(request: Request) -> Response:
             authorize(request)
-            _, _, job = await admitted(face, await read_body(request))
+            # counted whatever the context holds: a client counts to learn whether it fits
+            _, _, job = await admitted(face, await read_body(request), fits=False)
             return JSONResponse({"input_tokens": len(job.prompt)})
 
         async def handle(request: Request) -> Response:

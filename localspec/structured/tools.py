@@ -33,6 +33,9 @@ from localspec.structured.call_shapes import ANCHORED, heads, lark_forms, marked
 CHOICES = ("none", "auto", "required")
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 TOOLS_MAX = 128  # OpenAI's own limit: each tool's parameters are a schema to compile
+# a tools list's JSON: a coding agent's dozens of tools with long descriptions pass 64 KiB; what is compiled is each
+# tool's parameters, each bounded by the schema cap (schema.spec.TEXT_MAX), and the descriptions are only prompt
+TOOLS_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ def read_tools(tools: Any, tool_choice: Any, parallel: Any) -> ToolUse | None:
         raise ConstraintError("tools must be a list of {\"type\": \"function\", \"function\": {...}}", "tools")
     if len(tools) > TOOLS_MAX:
         raise ConstraintError(f"tools holds {len(tools)} tools, over the {TOOLS_MAX} a request may have", "tools")
-    capped_json(tools, "tools list", "tools", ensure_ascii=False)
+    capped_json(tools, "tools list", "tools", ensure_ascii=False, cap=TOOLS_BYTES)
     names = []
     for i, tool in enumerate(tools):
         f = tool.get("function") if isinstance(tool, Mapping) else None
