@@ -32,7 +32,7 @@ from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.shape_timing import load_or_measure_shapes
 from localspec.speculative.shapes import Shapes
 from localspec.structured.grammars import Grammars
-from localspec.structured.tool_prompt import tool_calls, tool_prompt
+from localspec.structured.tool_prompt import plain_conversation, tool_calls, tool_prompt
 from localspec.structured.tools import Calls, ToolUse
 
 NO_GPU_OFFLOAD = "this llama-cpp-python was built without GPU offload: running on the CPU; see README 'GPU'"
@@ -66,6 +66,9 @@ class Prompts:
     def chat_tokens(self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """A conversation in the chat template, ready for the model's answer; the messages' text stays text.
         ``tools``: OpenAI tool dicts, shown to the model as its template shows them."""
+        if tools is None and getattr(self.chat_template, "jinja", None) is None \
+                and any(m.tool_calls or m.role == "tool" for m in messages):
+            messages = plain_conversation(messages)  # earlier calls and results, as text its template can show
         return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True, tools=tools)
 
     def tool_prompt(self, messages: list[Message], use: ToolUse) -> tuple[list[int], ConstraintSpec | None]:

@@ -155,3 +155,15 @@ def test_calls_on_the_embedded_model_are_what_the_validator_takes(model_path: Pa
             name = call["function"]["name"]
             assert isinstance(choice, str) or name == "convert_currency"
             assert grammars.matches(schemas[name], json.loads(call["function"]["arguments"])), call
+
+
+def test_a_conversation_with_earlier_calls_and_no_tools_now_is_answered_as_text(model_path: Path) -> None:
+    """An agent's last turn may offer no tools (tool_choice none, or a client that drops them): its earlier calls
+    and results are written as text on a template that cannot show them, never refused."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    messages = [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": None,
+                                                                 "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": '{"weather": "snow"}'}]
+    for ask in ({"messages": messages}, {"messages": messages, "tools": [WEATHER], "tool_choice": "none"}):
+        r = api.generate({**ask, "max_tokens": 8}, drafter="ngram", keep_history=False, ctx=1024)
+        assert r.error is None and r.text.strip() and r.stats.prompt_tokens > 20, r

@@ -33,11 +33,30 @@ def tool_prompt(template: ChatTemplate, vocab: Vocab, messages: Sequence[Message
         rendered = b"".join(vocab.piece(t) for t in tokens).decode("utf-8", "replace")
         return tokens, use.constraint("hermes", _single(vocab, HERMES_OPEN), _single(vocab, HERMES_CLOSE),
                                       separators_of([rendered]))
-    # the conversation's own JSON decides how the tools, earlier calls and the call are spaced
+    separators = conversation_separators(messages)
+    plain = plain_conversation(messages, separators)
+    described = use.system_text(separators)
+    if plain and plain[0].role == "system":
+        plain[0] = Message("system", f"{plain[0].content}\n\n{described}")
+    else:
+        plain.insert(0, Message("system", described))
+    return template.tokenize(vocab, plain), use.constraint("json", None, None, separators)
+
+
+def conversation_separators(messages: Sequence[Message]) -> tuple[str, str]:
+    """How the conversation's own JSON is spaced: the tools, earlier calls and the call are spaced so."""
     arguments = [c["function"].get("arguments") for m in messages for c in m.tool_calls or ()]
-    separators = separators_of([m.content for m in messages] + [a for a in arguments if isinstance(a, str)])
+    return separators_of([m.content for m in messages] + [a for a in arguments if isinstance(a, str)])
+
+
+def plain_conversation(messages: Sequence[Message], separators: tuple[str, str] | None = None) -> list[Message]:
+    """A conversation for a template that cannot show calls and results: as text, in the words the tools' system
+    message uses (a call as its JSON, a result as "Result of …")."""
+    from localspec.engine.chat import Message
+
+    separators = separators or conversation_separators(messages)
     plain: list[Message] = []
-    for m in messages:  # a template without tools cannot show calls and results: as text, in the same words
+    for m in messages:
         if m.role == "tool":
             plain.append(Message("user", f"Result of {m.name or 'the tool'}: {m.content}"))
         elif m.tool_calls:
@@ -47,12 +66,7 @@ def tool_prompt(template: ChatTemplate, vocab: Vocab, messages: Sequence[Message
                                                          separators=separators)))
         else:
             plain.append(Message(m.role, m.content))
-    described = use.system_text(separators)
-    if plain and plain[0].role == "system":
-        plain[0] = Message("system", f"{plain[0].content}\n\n{described}")
-    else:
-        plain.insert(0, Message("system", described))
-    return template.tokenize(vocab, plain), use.constraint("json", None, None, separators)
+    return plain
 
 
 def tool_calls(grammars: Grammars, text: str, use: ToolUse, ids: tuple[str, ...] = ()) -> Calls:
