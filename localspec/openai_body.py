@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from localspec import bounded_json
 from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.request import STYLES, Request
@@ -51,11 +52,8 @@ class Body:
 
 
 def loads(text: str | bytes) -> Any:
-    """JSON, with nesting too deep for Python's parser as a ValueError like any other bad JSON."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError("it is nested too deeply") from None
+    """A body's JSON, with nesting past ``bounded_json.DEPTH_MAX`` a ValueError like any other bad JSON."""
+    return bounded_json.loads(text)
 
 
 def parse_body(data: object, kind: Kind | None, id: str, *, style: str = "plain", line: int = 0) -> Body:
@@ -201,7 +199,8 @@ def _messages(raw: Any) -> tuple[Message, ...]:
         raise BodyError("messages", "messages must be a non-empty list")
     out = []
     for i, m in enumerate(raw):
-        if not isinstance(m, Mapping) or m.get("role") not in ROLES:
+        # a string first: a list or an object as the role is unhashable, and looking it up in ROLES would raise
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or m["role"] not in ROLES:
             raise BodyError(f"messages.{i}.role", f"messages[{i}]: each message needs a role "
                                                   f"({', '.join(ROLES)}) and content")
         role = ROLES[m["role"]]
@@ -236,9 +235,17 @@ def _calls(raw: Any, i: int) -> tuple[dict[str, Any], ...]:
         where = f"{param}.{j}.function"
         arguments = _unicode(f.get("arguments", "{}"), f"{where}.arguments")
         try:  # escaped in the JSON text ("\\ud800"), a lone surrogate is as invalid once the arguments are read
-            _unicode(json.dumps(json.loads(arguments), ensure_ascii=False), f"{where}.arguments")
+            value = json.loads(arguments)
+            deep = bounded_json.depth_over(value, bounded_json.DEPTH_MAX)
+        except RecursionError:
+            deep = True
         except ValueError:  # arguments that are not JSON are passed on as the text they are
-            pass
+            value, deep = None, False
+        if deep:
+            raise BodyError(f"{where}.arguments", f"messages[{i}].tool_calls[{j}].function.arguments nests deeper "
+                                                  f"than {bounded_json.DEPTH_MAX} levels")
+        if value is not None:
+            _unicode(json.dumps(value, ensure_ascii=False), f"{where}.arguments")
         calls.append({"id": _unicode(str(call.get("id") or f"call_{i}_{j}"), f"{param}.{j}.id"), "type": "function",
                       "function": {"name": _unicode(f["name"], f"{where}.name"), "arguments": arguments}})
     return tuple(calls)

@@ -29,9 +29,11 @@ from localspec.opening import (
     opening,
     save_history,
 )
+from localspec.request import Request
 from localspec.sampling import make_rng
 from localspec.settings import (
     GenerationSettings,
+    SamplingSettings,
     Settings,
 )
 from localspec.speculative.calibrate import Reads, load_or_measure
@@ -274,12 +276,15 @@ class BatchRuntime(Prompts):
     def open(
         cls, settings: Settings, parallel: int | None = None, *, jobs: int | None = None,
         cancelled: Callable[[], bool] | None = None, say: Callable[[str], None] | None = None,
-        history_default: str = "disk",
+        history_default: str = "disk", seeded: bool = False,
     ) -> BatchRuntime:
         """``parallel`` None: as many lanes as pay on this device's pass costs (at most PARALLEL_AUTO_MAX, and no
-        more than ``jobs``). ``history_default``: as Runtime.open's (serve passes "memory")."""
+        more than ``jobs``). ``history_default``: as Runtime.open's (serve passes "memory"). ``seeded``: every
+        request will carry a seed of its own (``seeded_job``), so the job keeps a seeded job's promise as if it
+        had one (docs/speculation.md, "What a seed promises")."""
         runtime, speculation = settings.runtime, settings.speculation
-        reproducible = settings.sampling.reproducible  # a job seeded as a whole (--seed): its lanes too, see below
+        # a job seeded as a whole (--seed, or a seed on every line): its lanes too, see below
+        reproducible = settings.sampling.reproducible or seeded
         with opening(settings, cancelled, say) as o:
             target, notices = o.model, o.notices
             n_max = speculation.k_max + 1
@@ -353,3 +358,11 @@ class BatchRuntime(Prompts):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def seeded_job(requests: Sequence[Request], sampling: SamplingSettings) -> bool:
+    """Whether every request of a job is sampled with a seed, its own or the job's: an OpenAI Batch file carries the
+    seed in each line's body, and such a job is promised what ``--seed`` promises."""
+    return bool(requests) and all(
+        (r.seed if r.seed is not None else sampling.seed) is not None
+        and (r.temperature if r.temperature is not None else sampling.temperature) > 0 for r in requests)

@@ -119,7 +119,7 @@ def assert_lossless(model: Model, prompt: Sequence[int], emitted: Sequence[int],
     for start in range(0, len(emitted), step):
         for i, row in enumerate(ctx.decode(feed[start:start + step], all_logits=True), start):
             token = emitted[i]
-            allowed = None if constraint is None else constraint._allowed_ids()
+            allowed = None if constraint is None else _allowed(constraint.matcher, len(row))
             best = int(row.argmax()) if allowed is None else int(allowed[np.argmax(row[allowed])])
             gap = float(row[best] - row[token])
             if gap > margin:
@@ -129,10 +129,17 @@ def assert_lossless(model: Model, prompt: Sequence[int], emitted: Sequence[int],
                     f"{vocab.token_text(best)!r} ({row[best]:.3f}): a gap of {gap:.3f} > the margin "
                     f"{margin:.3f}; the text to there: {_text(vocab, emitted[:i])!r}")
             if constraint is not None:
-                constraint.matcher.consume_tokens([token])
+                assert constraint.matcher.consume_tokens([token]), f"{label}: the grammar refuses {token} at {i}"
     ctx.truncate(len(prompt) - 1)  # the next check after this prompt starts from its cache
     if constraint is None:
         _passed.setdefault(key, []).append(tuple(emitted))
+
+
+def _allowed(matcher: object, n_vocab: int) -> np.ndarray:
+    """The ids llguidance's own matcher allows next (its mask, read as it gives it, the ends included where the
+    grammar may end): the reference, independent of the product's masking (structured/constraint.py)."""
+    mask = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)  # type: ignore[attr-defined]
+    return np.flatnonzero(np.unpackbits(mask, bitorder="little")[:n_vocab])
 
 
 def assert_lossless_text(model: Model, prompt: str, text: str, margin: float, *, chat: bool = False,

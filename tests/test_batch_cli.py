@@ -252,3 +252,20 @@ def test_a_finished_job_says_what_it_did_and_what_came_from_earlier_requests(tmp
     assert last.endswith(f"results in {out}")
     assert totals["cache_drafted"] == sum(d["stats"]["cache_drafted"] for d in lines(out)) > 0
     assert f"{totals['cache_accepted']} of {totals['cache_drafted']} drafted from earlier requests" in last
+
+
+def test_a_line_nested_past_the_bound_fails_alone_between_two_good_ones(tmp_path: Path, model_path: Path) -> None:
+    """An earlier call's arguments nested 5,000 deep ended the whole job with a RecursionError traceback before any
+    line ran (0f55e20); now that line is an error record naming the field, and the good lines around it run."""
+    deep = {"id": "deep", "messages": [
+        {"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[" * 5000 + "]" * 5000}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "1"}]}
+    inp = write(tmp_path / "in.jsonl", [{"id": "a", "prompt": "One"}, deep, {"id": "b", "prompt": "Two"}])
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(app, ["batch", str(inp), "-o", str(out), "--model", str(model_path), "--ctx", "256",
+                                      "--max-tokens", "2", "--quiet"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    by_id = {d["id"]: d for d in lines(out)}
+    assert sorted(by_id) == ["a", "b", "deep"] and by_id["a"]["text"] and by_id["b"]["text"]
+    assert "arguments" in by_id["deep"]["error"] and "deeper than" in by_id["deep"]["error"]

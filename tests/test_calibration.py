@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -67,8 +68,8 @@ def one_thread(model_path: Path) -> Iterator[Context]:
         yield ctx
 
 
-@pytest.fixture
-def spinners() -> Iterator[None]:
+@contextmanager
+def busy_cores() -> Iterator[None]:
     """Two processes that keep both cores busy, as a compile beside a calibration would."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
@@ -77,6 +78,12 @@ def spinners() -> Iterator[None]:
         for p in procs:
             p.kill()
             p.wait()
+
+
+@pytest.fixture
+def spinners() -> Iterator[None]:
+    with busy_cores():
+        yield
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="other processes' CPU time is read from /proc/stat")

@@ -132,7 +132,7 @@ BAD = {
         "JSON schema"),
     "129 tools": ({"tools": _tools(129)}, "128"),
     "a schema nested past the parser's depth": ({"response_format": {"type": "json_schema", "json_schema": {
-        "name": "deep", "schema": _nested(300)}}}, "cannot be used"),
+        "name": "deep", "schema": _nested(300)}}}, "nests deeper than 64 levels"),
     "a lone surrogate in a call's arguments": ({"messages": SURROGATE_CALL, "tools": _tools(1)}, "lone surrogate"),
     "a 70 KiB schema": ({"response_format": {"type": "json_schema", "json_schema": {"name": "big", "schema": {
         "type": "object", "properties": {f"p{i:05d}": {"type": "string"} for i in range(3000)}}}}},

@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # bottom to top; a module's floor is that of the longest name here that it starts with
 FLOORS: list[tuple[str, ...]] = [
     ("_version", "_native", "errors", "tokens", "passes", "machine", "faults", "worker", "paths", "endpoints",
-     "gguf"),
+     "gguf", "bounded_json"),
     # what a request asks for its answer: plain data, checked without a model
     ("schema",),
-    ("settings", "events"),
+    ("settings", "events", "finish_reasons"),
     ("sampling", "models", "history"),
     ("engine",),
     ("drafters", "structured"),

@@ -148,3 +148,45 @@ def test_the_drafters_a_body_may_ask_for_are_those_that_need_no_model() -> None:
 
     assert set(DRAFTERS) < set(ALL)
     assert {d for d in ALL if lookup_drafters(d) is not None} == set(DRAFTERS)
+
+
+DEEP = "[" * 5000 + "]" * 5000  # the reproduced case: an earlier call's arguments, past Python's recursion limit
+
+
+def test_nesting_past_the_bound_is_bad_input_naming_its_field_wherever_it_is() -> None:
+    """Nested arguments of an earlier call, a nested body, a nested mapping given to the Python API: each one line
+    naming its place, never a RecursionError (localspec/bounded_json.py)."""
+    from localspec.batch.api import as_request
+    from localspec.bounded_json import DEPTH_MAX, loads, loads_or_none
+
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": DEEP}}
+    body = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None,
+                                                            "tool_calls": [call]}]}
+    with pytest.raises(BodyError, match="deeper than") as e:
+        parse_body(body, "chat", "a")
+    assert e.value.param == "messages.1.tool_calls.0.function.arguments"
+    line = parse_line(json.dumps({"id": "deep", **body}), 2)
+    assert isinstance(line, LineError) and line.id == "deep" and "arguments" in line.message
+    with pytest.raises(ValueError, match=f"deeper than {DEPTH_MAX}"):
+        loads("[" * (DEPTH_MAX + 1) + "]" * (DEPTH_MAX + 1))
+    assert loads("[" * DEPTH_MAX + "]" * DEPTH_MAX) is not None and loads_or_none(DEEP) is None
+    nested: dict[str, Any] = {"prompt": "x", "metadata": {}}
+    for _ in range(DEPTH_MAX + 5):
+        nested["metadata"] = {"m": nested["metadata"]}
+    with pytest.raises(UserError, match="prompt '0' nests deeper"):
+        as_request(nested, 0)
+    with pytest.raises(ApiError) as api_error:
+        parse("chat", body)
+    assert api_error.value.status == 400 and api_error.value.param == "messages.1.tool_calls.0.function.arguments"
+
+
+def test_every_way_an_answer_ends_has_one_name_in_each_face() -> None:
+    """One table (localspec/finish_reasons.py): the loop's reasons as results say them, and OpenAI's words for
+    those, which every serve face and OpenAI Batch output use; a grammar's dead end is no word OpenAI's clients
+    know."""
+    from localspec.finish_reasons import RESULT, openai_reason, result_reason
+
+    loop = ("eog", "stop", "length", "context_full", "interrupted", "dead_end")
+    assert {result_reason(r) for r in loop} <= set(RESULT.values())
+    assert {openai_reason(r) for r in [*loop, *RESULT.values()]} == {"stop", "length", "tool_calls"}
+    assert openai_reason("dead_end") == "stop" and openai_reason("context_full") == "length"

@@ -72,3 +72,27 @@ def test_the_python_api_with_a_seed_gives_one_text_with_the_history_on(model_pat
     other = localspec.generate(PROMPT, model=str(model_path), drafter="ngram", temperature=0.8, seed=2, max_tokens=N,
                                ctx=512)
     assert other.error is None and other.text != results[0].text, other.text  # the seed is used
+
+
+def test_a_job_whose_every_line_has_a_seed_repeats_its_texts_busy_first_then_quiet(model_path: Path,
+                                                                                   tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                                   ) -> None:
+    """Reproduced at 0f55e20: in a fresh home, 4 lines each with its own seed 7 at temperature 0.8, parallel 4,
+    first beside two busy processes, then on a quiet machine: 2 of 4 texts changed, since the second run measured
+    the disturbed pass costs again. A seed on every line is a seeded job: the provisional calibration is kept."""
+    from tests.test_calibration import busy_cores
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))  # fresh: nothing measured yet
+    monkeypatch.setenv("LOCALSPEC_HISTORY", "off")
+    lines = [{"id": str(i), "prompt": f"{PROMPT}({i})", "seed": 7, "temperature": 0.8, "max_tokens": 24}
+             for i in range(4)]
+
+    def texts() -> list[str]:
+        results = list(localspec.generate_many(lines, model=str(model_path), drafter="ngram", parallel=4, ctx=1024))
+        assert all(r.error is None for r in results), [r.error for r in results]
+        return [r.text for r in results]
+
+    with busy_cores():
+        busy = texts()
+    assert texts() == busy

@@ -171,7 +171,7 @@ def votes(runtime: Runtime) -> Distribution:
 
 
 def test_sampled_speculation_emits_the_targets_distribution(runtime: Runtime, votes: Distribution) -> None:
-    """Temperature 1, n-gram drafts of 3 (" yes" is drafted every time): the first token of 300 seeded answers,
+    """Temperature 1, n-gram drafts of 3 (" yes" is drafted every time): the first token of DRAWS (200) seeded answers,
     drafted, accepted or rejected by rejection sampling, against the target's distribution."""
     rt, prompt = runtime, runtime.prompt_tokens(VOTES)
     counts: dict[int, int] = {}

@@ -380,7 +380,8 @@ def _top3_then_masked(row: np.ndarray, allowed: np.ndarray) -> np.ndarray:
 
 
 def test_a_sampled_answer_under_a_grammar_follows_the_mask_then_top_k(rt: Runtime, colour_row) -> None:  # type: ignore[no-untyped-def]
-    """The first token of 160 seeded answers, top_k = 3, n-gram drafts of 3 (max_tokens 2: room to draft), against
+    """The first token of 160 seeded answers, top_k = 3, an n-gram draft (k 3, of which max_tokens 2 leaves room
+    for one drafted token before the target's own), against
     the target's logits masked by the grammar and then cut to their best 3: the distribution is the mask's, then
     top-k's, whatever the drafts proposed."""
     row, allowed = colour_row

@@ -167,3 +167,38 @@ def test_a_conversation_with_earlier_calls_and_no_tools_now_is_answered_as_text(
     for ask in ({"messages": messages}, {"messages": messages, "tools": [WEATHER], "tool_choice": "none"}):
         r = api.generate({**ask, "max_tokens": 8}, drafter="ngram", keep_history=False, ctx=1024)
         assert r.error is None and r.text.strip() and r.stats.prompt_tokens > 20, r
+
+
+def test_a_call_read_back_is_checked_against_its_schema_as_written_not_the_bounds_a_grammar_writes(
+        grammars: Grammars) -> None:
+    """A call written without a grammar (auto, before any trigger) whose number passes the bound a grammar would
+    write (16 integer digits, 10 fraction digits) is still valid for its tool: the schema does not bound it."""
+    use = read_tools([CURRENCY], "auto", None)
+    for amount in (12345678901234567890, 0.123456789012345, 1e20):
+        text = json.dumps({"name": "convert_currency", "arguments": {"amount": amount, "from": "EUR", "to": "JPY"}})
+        assert tool_calls(grammars, text, use).calls, text
+
+
+def test_numbers_under_open_leaves_are_bounded_in_the_grammar(grammars: Grammars) -> None:
+    """A tool with no parameters, ``{}``, an open object: llguidance's own "any" leaves numbers open, and a small
+    model can write digits to the end of its tokens; the grammar bounds them as it bounds typed numbers."""
+    from localspec.schema.spec import ConstraintSpec
+
+    ping = {"type": "function", "function": {"name": "ping"}}  # no parameters: any object
+    spec = read_tools([ping], "required", None).constraint("json", None, None)
+    assert _takes(grammars, spec, '{"name": "ping", "arguments": {"n": 12, "m": [1.5, {"k": -3}]}}')
+    assert not _takes(grammars, spec, '{"name": "ping", "arguments": {"n": ' + "9" * 20 + "}}")
+    schema = ConstraintSpec.json_schema({"type": "object", "properties": {"a": {}}, "required": ["a"]})
+    assert _takes(grammars, schema, '{"a": 12345}') and not _takes(grammars, schema, '{"a": ' + "1" * 20 + "}")
+
+
+def test_reading_calls_back_never_evicts_what_admissions_compiled(grammars: Grammars) -> None:
+    """The checker's matchers (schemas as written) are kept apart from requests' (bounded by count and by an
+    estimate of their memory): 70 tools' schemas checked leave a request's compiled matcher in place."""
+    from localspec.schema.spec import ConstraintSpec
+
+    request = ConstraintSpec.json_schema({"type": "object", "properties": {"kept": {"type": "string"}}})
+    compiled = grammars.compile(request)
+    for i in range(70):
+        assert grammars.matches({"type": "object", "properties": {f"p{i}": {"type": "integer"}}}, {f"p{i}": i})
+    assert grammars.compile(request) is compiled  # the same matcher: still cached, not compiled again

@@ -19,7 +19,7 @@ from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.openai_body import lone_surrogate
 from localspec.request import Request
-from localspec.runtime import BatchRuntime
+from localspec.runtime import BatchRuntime, seeded_job
 from localspec.schema import ConstraintSpec
 from localspec.settings import (
     GenerationSettings,
@@ -128,7 +128,8 @@ def generate_many(
         yield from release(result)
     if not requests:
         return
-    with BatchRuntime.open(settings, parallel, jobs=len(requests)) as rt:
+    with BatchRuntime.open(settings, parallel, jobs=len(requests),
+                           seeded=seeded_job(requests, settings.sampling)) as rt:
         for result in run_requests(rt, requests, chat=chat, cancelled=cancelled):
             result.index = positions[result.index]  # its place among all the prompts, the failed ones included
             yield from release(result)
@@ -143,11 +144,14 @@ def generate(prompt: str | Request | Mapping[str, Any], **options: Any) -> Resul
 def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request:
     """A prompt as a Request: a string is its own prompt, a mapping is read as a `localspec batch` line (by the
     reader serve uses). UserError naming the prompt where it cannot be read."""
+    from localspec.bounded_json import DEPTH_MAX, depth_over
     from localspec.openai_body import BodyError, check_request, parse_body
 
     if isinstance(prompt, Mapping):
         raw = prompt.get("id")
         name = str(index) if raw is None else str(raw)
+        if depth_over(prompt, DEPTH_MAX):  # what a JSON line could not hold either (localspec/bounded_json.py)
+            raise BodyError(None, f"prompt {name!r} nests deeper than {DEPTH_MAX} levels")
         try:
             return parse_body(prompt, None, name, line=index + 1).request
         except BodyError as e:

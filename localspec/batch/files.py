@@ -27,12 +27,11 @@ from typing import Any
 
 from localspec.batch.result import Result
 from localspec.errors import UserError
+from localspec.finish_reasons import openai_reason
 from localspec.openai_body import BodyError, loads, lone_surrogate, parse_body
 from localspec.request import Request
 
 ENDPOINTS = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions"}
-# OpenAI's finish reasons are stop and length: a full context is a length, an interrupted answer is not written
-OPENAI_FINISH = {"stop": "stop", "length": "length", "context_full": "length", "tool_calls": "tool_calls"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +129,7 @@ def record(result: Result, request: Request | LineError, model: str) -> dict[str
         return {"id": line_id, "custom_id": result.id, "response": None,
                 "error": {"code": "invalid_request", "message": result.error}}
     created = int(time.time())
-    finish = OPENAI_FINISH.get(result.finish_reason, result.finish_reason)
+    finish = openai_reason(result.finish_reason)
     usage = {"prompt_tokens": result.stats.prompt_tokens, "completion_tokens": len(result.tokens),
              "total_tokens": result.stats.prompt_tokens + len(result.tokens)}
     if request.style == "openai-chat":

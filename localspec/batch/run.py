@@ -11,6 +11,7 @@ from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.events import Event, Finished, Step
 from localspec.faults import ARMED, mark
+from localspec.finish_reasons import result_reason
 from localspec.openai_body import BodyError
 from localspec.request import Request
 from localspec.runtime import BatchRuntime
@@ -19,10 +20,6 @@ from localspec.settings import GenerationSettings
 from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.scheduler import Scheduler
 from localspec.structured.tools import calls_finish
-
-# what a Finished reason is called in a result: the OpenAI words where there is one
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "context_full",
-                  "interrupted": "interrupted", "dead_end": "dead_end"}
 
 
 @dataclass(slots=True)
@@ -67,7 +64,7 @@ def run_requests(
         elif isinstance(event, Finished):
             pending.pieces.append(event.tail)
             result = Result(pending.request.id, "".join(pending.pieces), pending.tokens,
-                            FINISH_REASONS.get(event.reason, event.reason), event.stats, index=pending.index)
+                            result_reason(event.reason), event.stats, index=pending.index)
             if pending.request.tools is not None:
                 calls = rt.tool_calls(result.text, pending.request.tools)
                 if calls.calls:

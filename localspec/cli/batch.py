@@ -111,9 +111,10 @@ def batch(
             return
         with ExitStack() as stack:
             cancelled = stack.enter_context(ctrl_c_as_request())
-            from localspec.runtime import BatchRuntime
+            from localspec.runtime import BatchRuntime, seeded_job
 
-            rt = stack.enter_context(BatchRuntime.open(options, lanes, jobs=max(1, len(todo)), cancelled=cancelled))
+            rt = stack.enter_context(BatchRuntime.open(options, lanes, jobs=max(1, len(todo)), cancelled=cancelled,
+                                                       seeded=seeded_job(todo, options.sampling)))
             for notice in rt.notices:
                 _say(notice, quiet)
             if done:

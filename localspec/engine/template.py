@@ -22,6 +22,7 @@ from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from localspec.bounded_json import loads_or_none
 from localspec.errors import UserError
 
 
@@ -114,8 +115,7 @@ def with_object_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
     call = dict(call)
     function = call.get("function")
     if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
-        try:
-            call["function"] = {**function, "arguments": json.loads(function["arguments"])}
-        except ValueError:
-            pass
+        value = loads_or_none(function["arguments"])
+        if value is not None:
+            call["function"] = {**function, "arguments": value}
     return call

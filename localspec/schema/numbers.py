@@ -12,6 +12,10 @@ and ``multipleOf`` into the number's regex, so each number leaf gets what its sc
   digits, trailing zeros included. llama.cpp allows 16; llguidance reads ``multipleOf`` as a double and refuses
   every step finer than 1e-10 ("too many digits"), so 10 is the bound it can hold.
 
+Open leaves are bounded too (``bounded_root``, at a schema's root): ``{}``, an object that takes any properties (a
+tool with no parameters), an array of anything. llguidance's own "any" leaves their numbers open, so each points to
+``ANY_JSON`` kept in the root's ``$defs``.
+
 Exponents (``1e5``) are no longer written where a leaf is bounded (llguidance's bounded numbers are plain
 decimals). Sub-schemas under ``not`` and ``if`` are left alone (a bound there would change what they select), and
 so are values (``const``, ``enum``, ``default``, ``examples``). ``ANY_JSON`` is "any JSON value" with the same
@@ -68,3 +72,47 @@ ANY_JSON: dict[str, Any] = {"anyOf": [
 ]}
 ANY_OBJECT: dict[str, Any] = {"$defs": {"any": ANY_JSON}, "type": "object",
                               "additionalProperties": {"$ref": "#/$defs/any"}}
+
+
+# where a schema's open leaves point: any JSON value with bounded numbers, kept in the root's $defs
+ANY_DEF = "localspec_any"
+_ANY_REF = {"$ref": f"#/$defs/{ANY_DEF}"}
+# keywords that say nothing of a value: a schema with only these takes any value
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+                          "writeOnly", "x-guidance"})
+
+
+def bounded_root(schema: Any) -> Any:
+    """A whole schema with every number bounded: each number leaf as ``bounded`` bounds it, and each open leaf too
+    (``{}``, an object that takes any properties, an array of anything: a tool with no parameters is one), through
+    ``ANY_JSON`` kept in the root's ``$defs``. llguidance's own "any" leaves numbers open, where a small model may
+    write digits to the end of its tokens."""
+    if not isinstance(schema, Mapping):
+        return schema
+    numbers = bounded(schema)
+    out = _close_open_leaves(numbers)
+    if out == numbers:  # no open leaf: the schema as ``bounded`` writes it
+        return numbers
+    defs = dict(out.get("$defs") or {}) if isinstance(out.get("$defs"), Mapping) else {}
+    defs[ANY_DEF] = {"anyOf": [{"type": "null"}, {"type": "boolean"}, bounded({"type": "number"}),
+                               {"type": "string"}, {"type": "array", "items": _ANY_REF},
+                               {"type": "object", "additionalProperties": _ANY_REF}]}
+    return {**out, "$defs": defs}
+
+
+def _close_open_leaves(schema: Any) -> Any:
+    if isinstance(schema, bool):
+        return _ANY_REF if schema else schema
+    if not isinstance(schema, Mapping):
+        return schema
+    if not set(schema) - _ANNOTATIONS:  # {}: any value
+        return {**schema, **_ANY_REF}
+    out = map_subschemas(schema, lambda sub, key: _close_open_leaves(sub), skip=_UNBOUNDED)
+    types = out.get("type")
+    types = set(types) if isinstance(types, list) else {types}
+    if "object" in types and "properties" not in out and "patternProperties" not in out \
+            and out.get("additionalProperties", True) is True:
+        out["additionalProperties"] = _ANY_REF
+    if "array" in types and "prefixItems" not in out and out.get("items", True) is True:
+        out["items"] = _ANY_REF
+    return out

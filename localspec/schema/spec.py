@@ -12,18 +12,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from localspec.bounded_json import loads
 from localspec.errors import UserError
 from localspec.schema.cache import BoundedCache
 from localspec.schema.defaults import with_defaults
 from localspec.schema.json_style import DEFAULT, Separators, json_options, separators_of
-from localspec.schema.numbers import ANY_OBJECT, bounded
+from localspec.schema.numbers import ANY_OBJECT, bounded_root
 
 Kind = Literal["json_schema", "json_object", "grammar", "regex"]
 KINDS: tuple[Kind, ...] = ("json_schema", "json_object", "grammar", "regex")
 # llguidance's JSON options where no prompt decides the separators (schema/json_style.py)
 JSON_OPTIONS = json_options(DEFAULT)
 # the most bytes a schema, a grammar or a regex may have (a tools list: structured/tools.py): far above any real one,
-# and what one request may make a server compile (DESIGN.md, "Requests that cannot hurt each other")
+# and what one request may make a server compile (docs/architecture.md, "Requests that cannot hurt each other")
 TEXT_MAX = 64 * 1024
 # the name of a tool call's grammar (structured/tools.py): its answer ends where the model leaves its calls
 TOOL_CALLS = "tool_calls"
@@ -77,13 +78,16 @@ class ConstraintSpec:
     # how a JSON kind's answer is spaced, (item, key): as the prompt's own JSON (follow_prompt); a
     # schema's own "x-guidance" goes over it
     separators: Separators = DEFAULT
+    # a JSON schema's numbers as it writes them, not bounded (schema/numbers.py): for checking JSON the grammar did
+    # not write (a call read back from free text), which the bounds would refuse where the schema takes it
+    as_written: bool = False
 
     @classmethod
     def json_schema(cls, schema: Mapping[str, Any] | str, name: str = "",
-                    separators: Separators = DEFAULT) -> ConstraintSpec:
+                    separators: Separators = DEFAULT, as_written: bool = False) -> ConstraintSpec:
         if isinstance(schema, str):
             try:
-                schema = json.loads(schema)
+                schema = loads(schema)
             except ValueError as e:
                 raise ConstraintError(f"the JSON schema is not valid JSON: {e}") from None
         if not isinstance(schema, Mapping):
@@ -91,7 +95,7 @@ class ConstraintSpec:
         # key order kept: the answer's properties come in the schema's order
         what = f"JSON schema {name!r}" if name else "JSON schema"
         return cls("json_schema", capped_json(schema, what, "response_format.json_schema"), name,
-                   separators=separators)
+                   separators=separators, as_written=as_written)
 
     @classmethod
     def of(cls, value: Any) -> ConstraintSpec | None:
@@ -181,7 +185,7 @@ def _compile(spec: ConstraintSpec) -> str:
     if spec.kind == "json_object":
         grammar = _json_grammar(ANY_OBJECT, spec.separators)
     elif spec.kind == "json_schema":
-        grammar = _json_grammar(with_defaults(json.loads(spec.text)), spec.separators)
+        grammar = _json_grammar(with_defaults(json.loads(spec.text)), spec.separators, bound=not spec.as_written)
     elif spec.kind == "regex":
         try:
             re.compile(spec.text)
@@ -206,13 +210,14 @@ def _compile(spec: ConstraintSpec) -> str:
     return grammar
 
 
-def _json_grammar(schema: Any, separators: Separators) -> str:
-    """The schema's grammar with its numbers bounded (schema/numbers.py); where the bounds cannot compile
-    beside the schema's own (a minimum above the bound), the schema as it is, so that its errors are its own."""
+def _json_grammar(schema: Any, separators: Separators, bound: bool = True) -> str:
+    """The schema's grammar with its numbers bounded (schema/numbers.py; not where ``bound`` is False); where the
+    bounds cannot compile beside the schema's own (a minimum above the bound), the schema as it is, so that its
+    errors are its own."""
     from llguidance import LLMatcher
 
     options = json_options(separators)
-    rewritten = bounded(schema)
+    rewritten = bounded_root(schema) if bound else schema
     if rewritten != schema:
         try:
             grammar = LLMatcher.grammar_from_json_schema(json.dumps(rewritten), defaults=options)

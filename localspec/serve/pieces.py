@@ -1,5 +1,5 @@
-"""An answer as every API face sends it: text pieces, tool-call pieces, and its end (DESIGN.md, "Agents as the
-judge": one event stream, translated out by each API).
+"""An answer as every API face sends it: text pieces, tool-call pieces, and its end (docs/architecture.md, "Agents as
+the judge": one event stream, translated out by each API).
 
 The chat completions face (serve/responses.py), the Responses API (serve/responses_api.py) and Anthropic's Messages
 API (serve/messages_api.py) each turn these into their own objects or stream events; none of them reads the
@@ -15,37 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.events import Finished, Prefill, Stats, Step
+from localspec.finish_reasons import openai_reason
 from localspec.speculative.jobs import Failed
-from localspec.structured.call_watch import CallWatch
+from localspec.structured.call_watch import CallPiece, CallWatch, TextPiece
 from localspec.structured.tools import Calls, ToolUse, calls_finish
-
-# a Finished reason as the APIs say it: a context that filled up ends the answer as a token limit would
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context_full": "length", "interrupted": "stop",
-                  "tool_calls": "tool_calls"}
-
-
-@dataclass(frozen=True, slots=True)
-class TextPiece:
-    """Answer text that can no longer become a call."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class CallPiece:
-    """A piece of tool call ``index``: its first piece carries the id and the name (``name`` is None after it);
-    ``arguments``: the next part of its arguments' JSON text (the pieces of one call join into it)."""
-
-    index: int
-    id: str
-    name: str | None = None
-    arguments: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    """The answer's end: all its text, its calls (None: no tools were offered), the finish reason as the APIs say
-    it (stop, length, tool_calls, or the scheduler's own, e.g. dead_end), its figures."""
+    """The answer's end: all its text, its calls (None: no tools were offered), the finish reason as OpenAI's API
+    says it (stop, length, tool_calls: localspec/finish_reasons.py), its figures."""
 
     text: str
     calls: Calls | None
@@ -68,6 +47,7 @@ class FailedPiece:
     message: str
 
 
+# TextPiece and CallPiece are the call watch's own (structured/call_watch.py): the stream's pieces as it sees them
 Piece = TextPiece | CallPiece | Ended | FailedPiece
 ReadCalls = Callable[[str, ToolUse, tuple[str, ...]], Awaitable[Calls]]
 
@@ -98,7 +78,7 @@ async def answer_pieces(events: Callable[[], Awaitable[Any]], tools: ToolUse | N
                 yield out
         if isinstance(event, Finished):
             calls = None
-            reason = FINISH_REASONS.get(event.reason, event.reason)
+            reason = openai_reason(event.reason)
             if tools is not None and watch is not None:
                 calls = await read_calls(text, tools, watch.ids)
                 if calls.calls:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from localspec.drafters.base import FORCED, Draft, Drafter
+from localspec.drafters.base import Draft, Drafter
 from localspec.events import CACHE_KIND
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.pass_sizes import PassSizes
@@ -309,11 +309,10 @@ class DraftPolicy(PassSizes):
         steady = not self.shapes.active or self.warmup.step(rows) == STEADY
         if priced and steady:
             self.costs.update(rows, verify_seconds)
-        # a grammar's forced tokens lead the draft: learned as their own kind, and what the drafter proposed after
-        # them (``own``) as the drafter's, from where it began
+        # a grammar's forced tokens lead the draft and are never trimmed (nothing would read what they are worth:
+        # they cost rows the pass has anyway), so only what the drafter proposed after them (``own``) is learned,
+        # as the drafter's, from where it began
         forced = min(draft.forced, drafted)
-        if forced:
-            self._survival_of(FORCED).update(min(accepted, forced), forced)
         own = drafted - forced if accepted >= forced else 0  # a forced token refused: the rest was never reached
         if own and not self._watched_rest(draft):  # a trimmed proposal is scored in hindsight, not twice
             self._survival_of(draft.kind).update(accepted - forced, own)

@@ -1,6 +1,6 @@
 """Which answers are tool calls: one rule for the grammar that holds a call (structured/tools.py), the constraint
 that starts it (structured/constraint.py), the reader that reads calls back (``read_calls``) and the stream that
-holds back only what may still become one (structured/call_watch.py). DESIGN.md, "Agents as the judge".
+holds back only what may still become one (structured/call_watch.py). docs/architecture.md, "Agents as the judge".
 
 A model calls a tool in its own habit:
 - its template's marker, ``<tool_call>`` (Qwen2.5's), anywhere in the answer;
@@ -19,6 +19,8 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from localspec.bounded_json import loads_or_none
 
 LEAD = 16  # whitespace characters an answer may start with before its call
 FENCES = ("```json\n", "```\n", "")
@@ -94,7 +96,4 @@ def marked_blocks(text: str, marker: str, closer: str) -> Iterator[tuple[int, An
 
 
 def _loads(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return None
+    return loads_or_none(text)

@@ -12,16 +12,36 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from localspec.structured.call_shapes import anchored_start, heads, strip_lead
 from localspec.structured.tools import HERMES_OPEN, Calls, ToolUse, new_call_id
+
+
+@dataclass(frozen=True, slots=True)
+class TextPiece:
+    """Answer text that can no longer become a call."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallPiece:
+    """A piece of tool call ``index``: its first piece carries the id and the name (``name`` is None after it);
+    ``arguments``: the next part of its arguments' JSON text (the pieces of one call join into it)."""
+
+    index: int
+    id: str
+    name: str | None = None
+    arguments: str = ""
+
 
 _NAME = re.compile(r'\{\s*"name"\s*:\s*"([A-Za-z0-9_.-]{1,64})"')
 _ARGUMENTS = re.compile(r'"arguments"\s*:\s*(?=\S)')
 
 
 class CallWatch:
-    """Fed an answer's text as it is generated; yields ``serve.pieces`` TextPiece and CallPiece values."""
+    """Fed an answer's text as it is generated; yields TextPiece and CallPiece values."""
 
     def __init__(self, use: ToolUse) -> None:
         names = use.names()
@@ -36,9 +56,7 @@ class CallWatch:
         self.ids: list[str] = []
         self._streamed = 0  # calls whose arguments were sent whole
 
-    def feed(self, piece: str, end: bool = False) -> Iterator[object]:
-        from localspec.serve.pieces import TextPiece
-
+    def feed(self, piece: str, end: bool = False) -> Iterator[TextPiece | CallPiece]:
         self.text += piece
         text = self.text
         if self._mode == "start":
@@ -61,9 +79,7 @@ class CallWatch:
         if self._mode == "call":
             yield from self._scan()
 
-    def _scan(self) -> Iterator[object]:
-        from localspec.serve.pieces import CallPiece
-
+    def _scan(self) -> Iterator[CallPiece]:
         text = self.text
         while True:
             if self._arguments is None:
@@ -88,11 +104,9 @@ class CallWatch:
             self._arguments = None
             self._streamed += 1
 
-    def settle(self, calls: Calls) -> Iterator[object]:
+    def settle(self, calls: Calls) -> Iterator[TextPiece | CallPiece]:
         """The answer's end, once read (``read_calls``): the calls not streamed yet, whole; or, where it holds no
         call, the text still held back."""
-        from localspec.serve.pieces import CallPiece, TextPiece
-
         if calls.calls:
             for i, call in enumerate(calls.calls[self._streamed:], start=self._streamed):
                 f = call["function"]

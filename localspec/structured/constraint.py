@@ -1,4 +1,5 @@
-"""One generation's grammar state, as the speculation loop consults it (DESIGN.md, "Constraints and real pairs").
+"""One generation's grammar state, as the speculation loop consults it (docs/architecture.md, "Constraints and real
+pairs").
 
 Between propose and verify the loop asks it for the tokens the grammar forces (drafts of their own kind, verified
 like any other: a byte-level grammar may allow the same bytes tokenized another way) and cuts every draft at its

@@ -9,7 +9,7 @@ not outlive the model (one ``Grammars`` per open model, dropped with it).
 A request's matcher is compiled at admission (``compile``), with the tokenizer and under ``LIMITS``, in the
 admitting thread (a server's worker thread pool, never its event loop): whatever a grammar can get wrong (a special
 token the vocabulary lacks, a token id past it, a lexer that would not finish) is the request's 400 there, and the
-pass loop only copies a matcher that already worked (DESIGN.md, "Requests that cannot hurt each other").
+pass loop only copies a matcher that already worked (docs/architecture.md, "Requests that cannot hurt each other").
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ from localspec.structured.pieces import pieces
 LIMITS = {"max_grammar_size": 500_000, "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000,
           "max_lexer_states": 20_000}
 MATCHERS_KEPT = 64  # compiled matchers kept, one per spec: a new request copies its own from one
+# and their memory, estimated: llguidance does not say what a matcher holds, which grows with its grammar (its
+# lexer's states, up to LIMITS' 20,000, are built from the grammar's regexes as they are reached): a base and
+# MATCHER_BYTES_PER_GRAMMAR_BYTE for each byte of the compiled grammar
+MATCHERS_BYTES = 256 * 1024 * 1024
+MATCHER_BASE_BYTES = 256 * 1024
+MATCHER_BYTES_PER_GRAMMAR_BYTE = 64
 
 if TYPE_CHECKING:
     from localspec.engine.vocab import Vocab
@@ -56,7 +62,12 @@ class Grammars:
         self._closers = np.zeros(0, dtype=np.int64)  # the tokens that shut a JSON answer (Constraint._close)
         # per spec, a compiled matcher, never advanced (each generation gets its own copy), and what the generations
         # under it share (SpecMemo: forced tokens, the first allowed ids), kept and dropped together
-        self._compiled: BoundedCache[ConstraintSpec, tuple[object, SpecMemo]] = BoundedCache(MATCHERS_KEPT)
+        self._compiled: BoundedCache[ConstraintSpec, tuple[object, SpecMemo]] = BoundedCache(
+            MATCHERS_KEPT, MATCHERS_BYTES, _matcher_bytes)
+        # the checker's (``matches``: tools' schemas as written) apart, so that reading calls back never evicts what
+        # requests' admissions compiled
+        self._checking: BoundedCache[ConstraintSpec, tuple[object, SpecMemo]] = BoundedCache(
+            MATCHERS_KEPT, MATCHERS_BYTES // 4, _matcher_bytes)
         self.tokenizer_seconds = 0.0
 
     def prepare(self) -> None:
@@ -73,8 +84,11 @@ class Grammars:
         """What the generations under ``spec`` share beside its matcher (compiled if it is not yet)."""
         return self._entry(spec)[1]
 
+    def _cache(self, spec: ConstraintSpec) -> BoundedCache[ConstraintSpec, tuple[object, SpecMemo]]:
+        return self._checking if spec.as_written else self._compiled
+
     def _entry(self, spec: ConstraintSpec) -> tuple[object, SpecMemo]:
-        entry = self._compiled.get(spec)
+        entry = self._cache(spec).get(spec)
         if entry is not None:
             return entry
         from llguidance import LLMatcher, LLParserLimits
@@ -95,13 +109,13 @@ class Grammars:
             error = " ".join(str(error).split("; following special tokens")[0].split())[:400]
             raise ConstraintError(f"the {spec.describe()} cannot be used with this model: {error}")
         entry = (matcher, SpecMemo())
-        self._compiled.put(spec, entry)
+        self._cache(spec).put(spec, entry)
         return entry
 
     def start(self, spec: ConstraintSpec, compiled: object | None = None) -> Constraint:
         """A fresh constraint for one generation, copied from ``compiled`` (what its admission compiled), else
         compiled now; ConstraintError where the spec cannot be used with this model."""
-        entry = self._entry(spec) if compiled is None else self._compiled.get(spec)
+        entry = self._entry(spec) if compiled is None else self._cache(spec).get(spec)
         if entry is None or (compiled is not None and entry[0] is not compiled):
             # the memo goes with its matcher: one its admission compiled before the spec was dropped gets its own
             entry = (compiled, SpecMemo())
@@ -118,7 +132,9 @@ class Grammars:
         ``separators``, the answer's; properties in the schema's order) and run through it. False, never an
         error, for a value that cannot be written (a lone surrogate is no UTF-8)."""
         try:
-            matcher = self.start(ConstraintSpec.json_schema(schema, separators=separators)).matcher  # once a schema
+            # the schema as written: a call read back from free text need not keep the bounds a grammar writes under
+            spec = ConstraintSpec.json_schema(schema, separators=separators, as_written=True)
+            matcher = self.start(spec).matcher  # compiled once a schema
         except ConstraintError:
             return False
         try:
@@ -169,3 +185,8 @@ def _in_order(value: Any, schema: Any) -> Any:
     if isinstance(value, list):
         return [_in_order(v, schema.get("items")) for v in value]
     return value
+
+
+def _matcher_bytes(spec: ConstraintSpec, entry: tuple[object, SpecMemo]) -> int:
+    """A compiled matcher's memory, estimated from its grammar's size (``MATCHERS_BYTES``)."""
+    return MATCHER_BASE_BYTES + MATCHER_BYTES_PER_GRAMMAR_BYTE * len(spec.grammar())

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from localspec.bounded_json import loads_or_none
 from localspec.schema.json_style import separators_of
 from localspec.schema.spec import ConstraintSpec
 from localspec.structured.tools import HERMES_CLOSE, HERMES_OPEN, Calls, ToolUse, read_calls
@@ -89,8 +90,6 @@ def _single(vocab: Vocab, text: str) -> int | None:
 
 def _arguments(value: Any) -> Any:
     if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
+        parsed = loads_or_none(value)
+        return value if parsed is None else parsed
     return value

@@ -24,9 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from localspec.bounded_json import loads_or_none
 from localspec.schema.defaults import with_defaults
 from localspec.schema.json_style import DEFAULT, Separators, json_options
-from localspec.schema.numbers import bounded
+from localspec.schema.numbers import bounded_root
 from localspec.schema.spec import TOOL_CALLS, ConstraintError, ConstraintSpec, capped_json
 from localspec.structured.call_shapes import ANCHORED, heads, lark_forms, marked_blocks, whole_answer_json
 
@@ -74,7 +75,7 @@ class ToolUse:
         where the call began on. Either way the answer ends when its calls are complete: after the last, only the
         end of the turn or one more call (where ``parallel``)."""
         # inside a Lark grammar the schema carries its JSON options itself
-        schema = json.dumps({"x-guidance": json_options(separators), **bounded(self.call_schema())})
+        schema = json.dumps({"x-guidance": json_options(separators), **bounded_root(self.call_schema())})
         call = f"call: %json {schema}"
         item, key = separators
         starts = tuple(ANCHORED + head for head in heads(self.names(), key, self.parallel))
@@ -96,7 +97,7 @@ class ToolUse:
             return ConstraintSpec("grammar", f"start: lead? anchored\n{forms}\n{call}", TOOL_CALLS, starts)
         one = self.call_schema()
         whole = {"anyOf": [one, {"type": "array", "items": one, "minItems": 1}]} if self.parallel else one
-        whole_json = json.dumps({"x-guidance": json_options(separators), **bounded(whole)})
+        whole_json = json.dumps({"x-guidance": json_options(separators), **bounded_root(whole)})
         return ConstraintSpec("grammar", f"start: %json {whole_json}", TOOL_CALLS)
 
     def system_text(self, separators: Separators = DEFAULT) -> str:
@@ -216,7 +217,4 @@ def new_call_id() -> str:
 
 
 def _loads(text: str) -> Any:
-    try:
-        return json.loads(text.strip())
-    except (ValueError, RecursionError):
-        return None
+    return loads_or_none(text.strip())
