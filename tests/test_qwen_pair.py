@@ -164,3 +164,61 @@ def test_sampled_json_objects_name_paris_and_france() -> None:
     assert len(named) >= 11, [r.text for r in results]
     for r in results:
         json.loads(r.text)
+
+
+# -- agents land their tool loops (structured/call_shapes.py, serve's API faces) --
+
+AGENT_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather for "
+                 "a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                           "required": ["city"], "additionalProperties": False}}}
+
+
+@pytest.mark.slow
+def test_a_forced_call_costs_its_own_tokens_and_the_model_own_habit_is_a_call() -> None:
+    """required and a named call end when the call is complete (the calls grammar ran on in whitespace to
+    max_tokens: 300 of 300 at 0f55e20); under auto, the doubled braces its GGUF's template example teaches
+    (``{{"name": …}}``) are a call, held by the grammar from its first byte."""
+    import localspec as api
+
+    ask = [{"role": "user", "content": "What's the weather in Paris?"}]
+    asks = [{"id": "required", "messages": ask, "tools": [AGENT_WEATHER], "tool_choice": "required"},
+            {"id": "named", "messages": ask, "tools": [AGENT_WEATHER],
+             "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+            {"id": "auto", "messages": [{"role": "system", "content": "Answer with the help of the tools. After a "
+                                         "tool result, write the final answer for the user as a sentence."}, *ask],
+             "tools": [AGENT_WEATHER], "tool_choice": "auto"}]
+    results = {r.id: r for r in api.generate_many([{**a, "max_tokens": 300, "temperature": 0} for a in asks],
+                                                  model=TARGET, draft=DRAFT, keep_history=False, parallel=1,
+                                                  ctx=2048)}
+    for name, r in results.items():
+        assert r.error is None and r.finish_reason == "tool_calls", (name, r)
+        call = r.tool_calls[0]["function"]
+        assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}, (name, r)
+        assert r.stats.generated_tokens <= 40, (name, r.stats.generated_tokens)  # a ~20-token call, not 300
+
+
+@pytest.mark.slow
+def test_openai_agents_and_anthropic_tool_loops_land_on_the_pair() -> None:
+    """A served pair, the libraries' own loops: the tool runs with the city asked about, then the answer is a
+    sentence (tools/agent_loops.py runs the 10 prompts of docs/serve.md's table)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import asyncio
+
+    from agent_loops import agents_loop, anthropic_loop, landed
+
+    from tests.test_serve import start
+
+    gen = start("--profile", PROFILE, "--ctx", "4096")
+    server = next(gen)
+    try:
+        prompt = "How cold is it in Oslo?"
+        runs = [asyncio.run(agents_loop(server.base_url, prompt, responses, stream, 200))
+                for responses in (False, True) for stream in (False, True)]
+        runs.append(anthropic_loop(server.base_url, prompt, 200))
+        for run in runs:
+            assert landed(run) and run["calls"] == ["Oslo"], run
+            assert "Oslo" in run["final"], run
+    finally:
+        gen.close()
