@@ -388,6 +388,7 @@ def test_another_address_without_a_key_refuses_to_start() -> None:
     (["--queue-timeout", "0"], "--queue-timeout"),
     (["--port", "70000"], "--port"),
     (["--max-body", "10"], "--max-body"),
+    (["--max-queue", "0"], "--max-queue"),
     (["--drafter", "draft"], "--drafter draft needs a draft model"),
     (["--max-tokens", "100", "--max-tokens-cap", "50"], "is over --max-tokens-cap 50"),
 ])
@@ -499,3 +500,75 @@ def test_bad_tools_are_a_400_naming_the_field(server: Server, body: dict, param:
         "model": "default", "messages": [{"role": "user", "content": "x"}], **body})
     assert status == 400, raw
     assert json.loads(raw)["error"]["param"] == param
+
+
+def test_a_burst_past_the_queue_bound_is_refused_at_once_and_the_rest_answered(model_path: Path) -> None:
+    """20 x --parallel requests at once against --max-queue 4: each is answered (200) or refused with 503 and
+    Retry-After; none gets a 500; a refusal is the bound's, made when the handler is entered (not the queue
+    timeout's, after waiting)."""
+    import concurrent.futures
+
+    gen = start("--parallel", "2", "--ctx", "512", "-n", "24", "--max-queue", "4")
+    server = next(gen)
+    try:
+        def ask(i: int) -> tuple[int, dict[str, str], bytes]:
+            return server.http("POST", "/v1/completions", {"prompt": f"Count to {i}:", "max_tokens": 24})
+
+        with concurrent.futures.ThreadPoolExecutor(40) as pool:
+            answers = list(pool.map(ask, range(40)))
+        statuses = [s for s, _, _ in answers]
+        assert set(statuses) <= {200, 503} and statuses.count(200) >= 4 and statuses.count(503) >= 1, statuses
+        assert all(int(h["retry-after"]) >= 1 for s, h, _ in answers if s == 503)
+        for status, _, raw in answers:
+            if status == 503:
+                assert "--max-queue" in json.loads(raw)["error"]["message"], raw
+        assert server.http("GET", "/health")[0] == 200
+    finally:
+        gen.close()
+
+
+def test_the_loop_lag_probe_sees_a_loop_held_on_purpose() -> None:
+    """/metrics' event-loop lag (LagProbe) is the measurement behind isolation's figures: a loop held for 0.3 s by
+    a blocking call is seen as at least that much lag (what it measures, not how fast anything is)."""
+    import anyio
+
+    from localspec.serve.metrics import LagProbe
+
+    probe = LagProbe(period=0.01)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(probe.run)
+            await anyio.sleep(0.05)
+            time.sleep(0.3)  # holds the loop: the probe's sleep cannot wake on time
+            await anyio.sleep(0.05)
+            group.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert probe.worst >= 0.25, probe.worst
+
+
+def test_an_abandoned_admission_is_counted_until_its_thread_ends() -> None:
+    """Admission gives a slow compile up after its timeout, but its thread goes on: it keeps its slot until it
+    ends, so a second admission waits (and is refused) rather than compiling beside it (serve/admission.py)."""
+    import anyio
+
+    from localspec.serve.admission import Admissions, Busy
+
+    admissions = Admissions(1, timeout=0.2)
+    release = threading.Event()
+    results: list[str] = []
+
+    async def main() -> None:
+        with pytest.raises(Busy):
+            await admissions.run(lambda: release.wait(30))  # abandoned at 0.2 s, its thread still waiting
+        assert admissions.running == 1
+        with pytest.raises(Busy):  # the slot is still held: no second compile beside the first
+            await admissions.run(lambda: results.append("ran beside it"))
+        release.set()
+        while admissions.running:
+            await anyio.sleep(0.01)
+        results.append(await admissions.run(lambda: "ran after it"))
+
+    anyio.run(main)
+    assert results == ["ran after it"]

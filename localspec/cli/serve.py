@@ -45,6 +45,10 @@ def serve(
     request_timeout: Annotated[float, typer.Option("--request-timeout", metavar="SECONDS", help="How long one "
                                                    "request may generate; then it ends as if its max_tokens were "
                                                    "reached (finish_reason 'length'). 0: no limit.")] = 600.0,
+    max_queue: Annotated[int | None, typer.Option("--max-queue", metavar="N", help="Requests that may wait at once "
+                                                  "(being checked, or for a free sequence); past it a request gets "
+                                                  "503 with Retry-After at once. Default: 8 a sequence.",
+                                                  show_default=False)] = None,
     max_body: Annotated[int, typer.Option("--max-body", metavar="BYTES", help="Largest request body (413 past "
                                           "it).")] = 4 * 1024 * 1024,
     insecure: Annotated[bool, typer.Option("--insecure", help="Allow a non-loopback --host without an API key: "
@@ -53,7 +57,7 @@ def serve(
     options: Settings,
     given: dict[str, Any],
 ) -> None:
-    """Serve the OpenAI API (chat and text completions, streaming or not) with speculative decoding.
+    """Serve the OpenAI and Anthropic APIs (streaming or not) with speculative decoding.
 
     Every request is a sequence in one shared target pass, each one drafting
     with n-gram lookup, and with a draft model where one is given (--draft, or
@@ -63,7 +67,9 @@ def serve(
 
     The model, drafter and sampling options are the defaults a request's own fields override.
 
-    Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics.
+    Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (OpenAI's Responses API), POST
+    /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API), GET /v1/models, GET /health, GET
+    /metrics.
 
     Examples:
 
@@ -86,12 +92,14 @@ def serve(
             raise UserError(f"--queue-timeout must be more than 0 seconds, got {queue_timeout:g}")
         if request_timeout < 0:
             raise UserError(f"--request-timeout must be 0 (no limit) or more seconds, got {request_timeout:g}")
+        if max_queue is not None and max_queue < 1:
+            raise UserError(f"--max-queue must be at least 1, got {max_queue}")
         if max_body < 1024:
             raise UserError(f"--max-body must be at least 1024 bytes, got {max_body}")
         sock = bind(host, port)  # before the model loads: a port in use is said at once
         from localspec.serve.app import Limits
 
-        limits = Limits(key, max_body, queue_timeout, request_timeout=request_timeout or None)
+        limits = Limits(key, max_body, queue_timeout, request_timeout=request_timeout or None, max_queue=max_queue)
         _run(sock, options, lanes, limits, given.get("profile"), deps)
 
 
@@ -151,7 +159,9 @@ def _run(sock: socket.socket, options: Settings, lanes: int | None, limits: Limi
         # opened on the worker: llama.cpp's context is decoded from the thread that made it
         # a server holds other people's text: kept in memory only, unless the operator asks (--keep-history; the
         # LOCALSPEC_HISTORY variable can only lower that); kept on disk, it is saved as the server goes (service.py)
-        rt = worker.call(lambda: BatchRuntime.open(options, lanes, say=_say, history_default="memory"))
+        # opened as a seeded job (a provisional calibration taken as it is, how passes are read back settled): any
+        # request may carry a seed, and a seeded request alone on a server repeats its text across its restarts
+        rt = worker.call(lambda: BatchRuntime.open(options, lanes, say=_say, history_default="memory", seeded=True))
     except BaseException:
         worker.shutdown()
         sock.close()

@@ -35,6 +35,7 @@ from localspec.errors import UserError
 from localspec.history import scope_of_key
 from localspec.openai_body import Body, loads
 from localspec.serve import messages_api, responses_api
+from localspec.serve.admission import Admissions, Busy
 from localspec.serve.face import Face, FaceAnswer
 from localspec.serve.metrics import LagProbe
 from localspec.serve.pieces import Ended, FailedPiece, Piece, answer_pieces
@@ -49,6 +50,8 @@ CLIENT_GONE = 499  # nginx's "client closed request": counted in /metrics, never
 # requests admitted at once (body read, template rendered, grammar compiled), each in a worker thread: the CPU is the
 # scheduler's, so a few are enough to keep a queue of them moving
 ADMITTING = 2
+# requests that may wait (admission, then a free sequence) per sequence, where --max-queue does not say
+QUEUE_PER_SEQUENCE = 8
 
 
 class ClientGone(Exception):
@@ -64,13 +67,19 @@ class Limits:
     # takes depends on the server's load as much as on the grammar (llguidance's own limits bound its work)
     admit_timeout: float = 30.0
     request_timeout: float | None = 600.0  # seconds a request may generate; then it ends with finish_reason "length"
+    # requests that may wait at once, from the handler's first line to a sequence taking them (None:
+    # QUEUE_PER_SEQUENCE a sequence); past it a 503 at once, before the body is read
+    max_queue: int | None = None
 
 
 def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Starlette:
     """``names``: what a request's ``model`` may say (the model, its profile, "default")."""
     rt = service.rt
     model_name = names[0]
-    admitting = anyio.CapacityLimiter(ADMITTING)
+    admissions = Admissions(ADMITTING, limits.admit_timeout)
+    reading = anyio.CapacityLimiter(ADMITTING)  # an answer's calls are read beside, not behind, others' compiles
+    max_queue = limits.max_queue or QUEUE_PER_SEQUENCE * rt.parallel
+    waiting = [0]  # requests between the handler's first line and a sequence taking them
 
     def authorize(request: Request) -> str:
         """The caller's scope (localspec/history): drafts and cached prefixes never cross from one API key's
@@ -120,10 +129,10 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
         return body, answer, job_of(body, answer.id, face.prompt_param if fits else None)
 
     async def admitted(face: Face, raw: bytes, fits: bool = True) -> tuple[Body, FaceAnswer, Any]:
-        with anyio.move_on_after(limits.admit_timeout) as scope:
-            return await anyio.to_thread.run_sync(lambda: admit(face, raw, fits), limiter=admitting,
-                                                  abandon_on_cancel=True)
-        assert scope.cancelled_caught
+        try:
+            return await admissions.run(lambda: admit(face, raw, fits))
+        except Busy:
+            pass
         raise ApiError(503, f"the server could not check this request within {limits.admit_timeout:g} s (its grammar's "
                             "compile, behind others'); retry later", type="server_error", code="server_busy",
                        headers={"Retry-After": "5"})
@@ -152,17 +161,25 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
                            headers={"Retry-After": str(max(1, round(limits.queue_timeout / 4)))})
 
     async def generate(request: Request, face: Face) -> Response:
-        scope = authorize(request)
-        body, answer, job = await admitted(face, await read_body(request))
-        job.scope = scope
-        deadline = None if limits.request_timeout is None else time.monotonic() + limits.request_timeout
-        ticket = service.submit(job, deadline)
+        if waiting[0] >= max_queue:  # refused at once, before its body is read: a burst cannot pile up
+            raise ApiError(503, f"the server is busy: {waiting[0]} requests are waiting already (its --max-queue); "
+                                "retry later", type="server_error", code="server_busy",
+                           headers={"Retry-After": str(max(1, round(limits.queue_timeout / 4)))})
+        waiting[0] += 1
         try:
-            await queued(request, ticket)
-        except BaseException:
-            ticket.gone.set()
-            service.queue.withdraw(ticket)
-            raise
+            scope = authorize(request)
+            body, answer, job = await admitted(face, await read_body(request))
+            job.scope = scope
+            deadline = None if limits.request_timeout is None else time.monotonic() + limits.request_timeout
+            ticket = service.submit(job, deadline)
+            try:
+                await queued(request, ticket)
+            except BaseException:
+                ticket.gone.set()
+                service.queue.withdraw(ticket)
+                raise
+        finally:
+            waiting[0] -= 1
         pieces = answer_pieces(ticket.events.get, body.request.tools, read_calls, ticket.drafters)
         if body.stream:
             return _EventStream(_guarded(answer, answer.stream(pieces, body.include_usage)), ticket)
@@ -176,7 +193,7 @@ def create_app(service: Service, limits: Limits, names: tuple[str, ...]) -> Star
 
     async def read_calls(text: str, tools: ToolUse, ids: tuple[str, ...]) -> Calls:
         """The calls in an answer, read in a worker thread: checking their arguments may compile a tool's schema."""
-        return await anyio.to_thread.run_sync(rt.tool_calls, text, tools, ids, limiter=admitting)
+        return await anyio.to_thread.run_sync(rt.tool_calls, text, tools, ids, limiter=reading)
 
     def face_route(face: Face) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
