@@ -1,6 +1,7 @@
 """Anchors for `localspec bench --anchors`: what a Python user would otherwise pick, measured in the same run.
 
-This is the one module outside ``localspec.engine`` that uses llama_cpp, and it does so by necessity: the point is
+This module uses llama_cpp outside ``localspec.engine`` (docs/architecture.md, "Layers", lists each such place), and
+by necessity: the point is
 to time llama-cpp-python's own high-level ``Llama.create_completion``, plain and with its
 ``LlamaPromptLookupDecoding`` drafter, exactly as a user would call them, so it cannot go through our engine. It is
 imported only when ``--anchors`` is given and nothing else in localspec touches it.

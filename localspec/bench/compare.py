@@ -2,8 +2,8 @@
 
 A divergence is not automatically a bug. llama.cpp's CPU kernels give slightly different logits for a batch of
 tokens than for one token at a time, and speculation verifies in batches, so where the target's top two candidates
-are nearly tied the two runs can legitimately pick different tokens (NOTES.md, "Numerics"). Each divergence is
-therefore classified: the logits of the two candidate tokens at the diverging position are compared (from a
+are nearly tied the two runs can legitimately pick different tokens (docs/architecture.md, "Numerics"). Each divergence
+is therefore classified: the logits of the two candidate tokens at the diverging position are compared (from a
 re-decode of the common prefix), and a gap within the measured batch-vs-single noise is a near-tie. A divergence
 outside that margin is what a real bug in the speculation loop would look like, and the report says so loudly.
 """

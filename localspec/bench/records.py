@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-# Largest batch-vs-one-at-a-time difference of a top-5 logit measured on Gemma 3 270M Q4_K_M, 2 threads (NOTES.md,
-# "Numerics": median ~0.15, up to ~1.1). Two candidates closer than this can swap places between the two paths. The
-# default only: a bench measures its device's own margin (speculative/noise.py) and classifies with that.
+# Largest batch-vs-one-at-a-time difference of a top-5 logit measured on Gemma 3 270M Q4_K_M, 2 threads
+# (docs/architecture.md, "Numerics": median ~0.15, up to ~1.1). Two candidates closer than this can swap places between
+# the two paths. The default only: a bench measures its device's own margin (speculative/noise.py) and classifies with
+# that.
 NEAR_TIE_MARGIN = 1.1
 
 

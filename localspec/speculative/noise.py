@@ -27,8 +27,8 @@ from localspec.engine import Context
 from localspec.engine.device import Device
 from localspec.speculative.calibration_cache import cache_path, cached
 
-# the margin measured on a CPU (Gemma 3 270M Q4_K_M, 2 threads; NOTES.md "Numerics"): what a check uses where this
-# device's own was not measured
+# the margin measured on a CPU (Gemma 3 270M Q4_K_M, 2 threads; docs/architecture.md, "Numerics"): what a check uses
+# where this device's own was not measured
 DEFAULT_MARGIN = 1.1
 # a pass of one row (target-only), and the verifying passes a GPU keeps: up to its small-batch kernels' limit, past it
 ROWS = (1, 4, 8, 16)
@@ -39,8 +39,8 @@ PROMPTS = ("Write a short recipe for tomato soup, with a list of ingredients and
 GENERATED = 96
 EVERY = 3  # re-score every 3rd generated position (a prefill each): 31 samples a text, seconds on a CPU
 # the largest swing over a few texts understates the largest over a suite's: on an AMD EPYC (2026-11-26) one text
-# gave 0.71 where a suite-wide measurement had found 1.1 (NOTES.md), and on an H200 15 positions of one text gave 1.00
-# where 189 of three gave 4.18; the margin allows half again
+# gave 0.71 where a suite-wide measurement had found 1.1 (docs/architecture.md, "Numerics"), and on an H200 15
+# positions of one text gave 1.00 where 189 of three gave 4.18; the margin allows half again
 HEADROOM = 1.5
 _FORMAT = 2
 
