@@ -129,8 +129,13 @@ class Constraint:
         forced_bytes, forced = self._forced() if room > 0 else (b"", [])
         forced = forced[:room]
         t1 = time.perf_counter()
-        # a batch's draft model may ask to be answered later (DraftWanted): the matcher is never stepped here
-        rest = drafts([*history, *forced], room - len(forced)) if room > len(forced) else Draft()
+        # a batch's draft model may ask to be answered later (DraftWanted): the matcher is never stepped here. The
+        # history is copied only where forced tokens follow it: a draft model answered later reads the list it was
+        # given after this returns, so forced tokens cannot be appended to the sequence's own list and taken off
+        if room > len(forced):
+            rest = drafts([*history, *forced] if forced else history, room - len(forced))
+        else:
+            rest = Draft()
         t2 = time.perf_counter()
         # the forced tokens and the rest validated in one call, none consumed (consuming the forced tokens,
         # validating and rolling back would cost three); forced tokens a spec's earlier answer tokenized may not fit
