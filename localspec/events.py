@@ -6,8 +6,9 @@ One :class:`Step` per target pass. The text of a generation is the concatenation
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Literal, overload
 
 # the kinds of drafts copied from earlier requests (drafters/ngram.py: "cache/3", "cache/follow", ...): the policy
 # carries their trust across a job, and the stats count them apart
@@ -23,6 +24,54 @@ class Token:
     id: int
     text: str
     source: Source
+
+
+class Drafted(Sequence[Token]):
+    """Draft tokens a pass verified and turned down (``Step.rejected``, each of ``Step.rejected_branches``): their ids
+    now, their tokens (text decoded) when something first reads them. Only the TUI shows rejected drafts, and most
+    drafting passes have some: decoding them in the loop made every face pay for what one of them reads. Their count
+    (``len``) needs no text. ``piece`` is the model's (Vocab.piece): read them on the thread that runs the model,
+    while it is open, as the TUI's engine does when a step arrives (``Step.decode_rejected``)."""
+
+    __slots__ = ("ids", "_piece", "_tokens")
+
+    def __init__(self, ids: Sequence[int], piece: Callable[[int], bytes]) -> None:
+        self.ids = ids
+        self._piece: Callable[[int], bytes] | None = piece
+        self._tokens: tuple[Token, ...] | None = None
+
+    def tokens(self) -> tuple[Token, ...]:
+        """The tokens, decoded once (as the loop decoded them before: each piece alone, invalid UTF-8 replaced)."""
+        if self._tokens is None:
+            piece = self._piece
+            assert piece is not None
+            self._tokens = tuple(Token(t, piece(t).decode("utf-8", "replace"), "draft") for t in self.ids)
+            self._piece = None  # a step that was read no longer holds on to the model's vocabulary
+        return self._tokens
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> Token: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Token, ...]: ...
+    def __getitem__(self, i: int | slice) -> Token | tuple[Token, ...]:
+        return self.tokens()[i]
+
+    def __iter__(self) -> Iterator[Token]:
+        return iter(self.tokens())
+
+    def __eq__(self, other: object) -> bool:  # equal to the tuple of the same tokens, as Step's fields were
+        if isinstance(other, Drafted | tuple):
+            return self.tokens() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.tokens())
+
+    def __repr__(self) -> str:
+        return repr(self.tokens())
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +94,13 @@ class Step:
     """
 
     accepted: tuple[Token, ...]
-    rejected: tuple[Token, ...]
+    rejected: Sequence[Token]  # a Drafted from the loop: its text is decoded when read
     target: Token | None
     drafter: str
     k: int
     draft_seconds: float
     verify_seconds: float
-    rejected_branches: tuple[tuple[Token, ...], ...] = ()
+    rejected_branches: tuple[Sequence[Token], ...] = ()
     branches: int = 1
     kind: str = ""  # what the draft rested on ("ngram/3", "cache/follow", ...)
     forced: int = 0  # of the draft, the leading tokens a grammar forced (structured output)
@@ -59,6 +108,13 @@ class Step:
     @property
     def emitted(self) -> tuple[Token, ...]:
         return self.accepted + ((self.target,) if self.target is not None else ())
+
+    def decode_rejected(self) -> None:
+        """Decode the rejected drafts' text now (``Drafted``), on the thread that runs the model: for a consumer that
+        reads them later on a thread of its own (the TUI's)."""
+        for run in (self.rejected, *self.rejected_branches):
+            if isinstance(run, Drafted):
+                run.tokens()
 
 
 @dataclass(slots=True)

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 import localspec as api
-from localspec.structured.call_watch import CallWatch
 from localspec.schema.defaults import with_defaults
+from localspec.structured.call_watch import CallWatch
 from localspec.structured.grammars import Grammars
 from localspec.structured.tool_prompt import tool_calls
 from localspec.structured.tools import read_calls, read_tools

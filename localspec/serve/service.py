@@ -5,6 +5,9 @@ Every request is a job of one Scheduler.run that never ends while the server is 
 free up and "none yet" otherwise (the scheduler then waits in ``JobQueue.wait``). A request that waits longer than
 the queue timeout is taken back out (503); a client that goes away sets its ticket's ``gone``, and the scheduler
 ends that sequence before its next pass.
+
+Events go to the handlers a pass at a time: the worker gathers a pass's events and wakes each handler's event loop
+once for all of them (``Service._flush``), not once per event of every request.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Ticket:
 
 
     def deliver(self, event: Event | Failed) -> None:
+        """One event at once (a failure outside the passes); a pass's events go together (``Service._flush``)."""
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, event)
         except RuntimeError:  # the handler's loop has closed: nobody is listening any more
@@ -60,6 +64,12 @@ class Ticket:
             self.loop.call_soon_threadsafe(self.admitted.set)
         except RuntimeError:
             self.gone.set()
+
+
+def _put_all(batch: list[tuple[Ticket, Event | Failed]]) -> None:
+    """On a handler's event loop: a pass's events into their requests' queues, in order."""
+    for ticket, event in batch:
+        ticket.events.put_nowait(event)
 
 
 class JobQueue:
@@ -125,6 +135,8 @@ class Service:
         self.passes = PassStats()
         self.dead: str | None = None  # why the worker's loop ended while the server was up (/health says it)
         self._logged: Failed | None = None  # the last failure logged
+        # the events gathered since the last flush, in the order the scheduler gave them (the worker thread's only)
+        self._outbox: list[tuple[Ticket, Event | Failed]] = []
 
     def start(self) -> None:
         self.worker.submit(self._serve)
@@ -157,7 +169,7 @@ class Service:
                                   stats=self.passes, shapes=self.rt.shapes, drafts=self.rt.drafts)
             try:
                 for job, event in scheduler.run(self.queue.jobs(), self.worker.stop_requested.is_set,
-                                                idle=self._idle):
+                                                idle=self._idle, flush=self._flush):
                     self._deliver(job, event)
                 return
             except STOPPING:
@@ -168,14 +180,32 @@ class Service:
                 failed = Failed.of(e, shared=True)
                 log.error("%s", failed.message)
                 log.debug("the scheduler failed", exc_info=True)
+                self._flush()  # what came before the failure, before it
                 for ticket in list(self.queue.running):
                     ticket.deliver(failed)
                 self.queue.running.clear()
                 scheduler.empty_lanes()
+            finally:
+                self._flush()  # the last pass's events (the scheduler's end, or a stop)
 
     def _idle(self) -> None:
+        self._flush()
         self.queue.wait()
         self._save_if_due()
+
+    def _flush(self) -> None:
+        """Hand the gathered events to their handlers: one call per event loop (a server has one) for all of them,
+        each request's in order. A loop that has closed has nobody listening: its requests are gone."""
+        outbox, self._outbox = self._outbox, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Ticket, Event | Failed]]] = {}
+        for ticket, event in outbox:
+            by_loop.setdefault(ticket.loop, []).append((ticket, event))
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, batch)
+            except RuntimeError:
+                for ticket, _ in batch:
+                    ticket.gone.set()
 
     def _save_if_due(self) -> None:
         """With --keep-history, save as the server goes (every few dozen requests, or a minute after one), not only
@@ -183,6 +213,7 @@ class Service:
         read the history there, never while a save replaces it."""
         history = self.rt.history
         if history is not None and history.due():
+            self._flush()  # a save takes a while: the events so far do not wait for it
             save_history(history, self.rt.say)
 
     def _deliver(self, job: Job, event: Event | Failed) -> None:
@@ -205,7 +236,7 @@ class Service:
             if isinstance(event, Failed) and event.status >= 500 and event is not self._logged:
                 self._logged = event
                 log.error("%s", event.message)
-        ticket.deliver(event)
+        self._outbox.append((ticket, event))  # handed on with the rest of its pass's (_flush)
         if isinstance(event, Finished):
             self._save_if_due()
 

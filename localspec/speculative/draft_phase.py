@@ -1,4 +1,4 @@
-"""Draft models in a batch: the scheduler's draft phase (DESIGN.md, "Draft models in a batch").
+"""Draft models in a batch: the scheduler's draft phase (docs/architecture.md, "Draft models in a batch").
 
 A sequence that drafts with a model does not decode it alone. Its drafter (``LaneDrafter``) stops the plan where the
 model is asked (``DraftWanted``: the history and the length the policy chose); the scheduler gathers every lane's
@@ -55,7 +55,8 @@ class DraftLanes(Protocol):
 
 
 class DraftWanted(Exception):  # noqa: N818 (a request, not an error: the scheduler answers it)
-    """Out of a plan: ``drafter``'s model is asked for up to ``cap`` tokens after ``history``."""
+    """Out of a plan: ``drafter``'s model is asked for up to ``cap`` tokens after ``history``. ``history`` is the
+    sequence's own list, not a copy: the draft phase reads it during the pass that raised this, and keeps nothing."""
 
     def __init__(self, drafter: LaneDrafter, history: list[int], cap: int) -> None:
         super().__init__(drafter.name)
@@ -84,7 +85,9 @@ class LaneDrafter:
         if cap <= 0 or len(history) + cap > self.phase.lanes.n_ctx:  # (a draft model's lanes may be shorter)
             return Draft(drafter=self.name, kind=self.name)
         self._asked = len(self.phase.lanes[self.lane].tokens)
-        raise DraftWanted(self, list(history), cap)
+        # the history itself, not a copy (a prompt of thousands of tokens, every pass): the phase only reads it, in
+        # the same pass, before the step that extends it is settled. A list keeps common_prefix's block compare
+        raise DraftWanted(self, history if isinstance(history, list) else list(history), cap)
 
     def accept(self, history: Sequence[int], n_accepted: int, verified: int = 1) -> None:
         # the lane holds the history it drafted after, then its drafts: it keeps what agrees with the new history up

@@ -16,7 +16,7 @@ import numpy as np
 
 from localspec.drafters.base import Draft, Drafter, Verdict
 from localspec.errors import ContextFullError, RollbackUnsupported, UserError
-from localspec.events import Event, Finished, Notice, Prefill, Stats, Step, Token
+from localspec.events import Drafted, Event, Finished, Notice, Prefill, Stats, Step, Token
 from localspec.passes import Outputs, reads_ids
 from localspec.sampling import PositionalDraws, shape
 from localspec.settings import GenerationSettings, SamplingSettings
@@ -386,6 +386,9 @@ class Generator:
         )
         return step, ended
 
-    def _drafted(self, tree: TokenTree, nodes: Sequence[int]) -> tuple[Token, ...]:
-        return tuple(Token(tree.tokens[n], self.vocab.piece(tree.tokens[n]).decode("utf-8", "replace"), "draft")
-                     for n in nodes)
+    def _drafted(self, tree: TokenTree, nodes: Sequence[int]) -> Sequence[Token]:
+        """Rejected draft tokens: their text is decoded only if something reads it (events.Drafted; the TUI)."""
+        if not nodes:
+            return ()
+        tokens = tree.tokens
+        return Drafted([tokens[n] for n in nodes], self.vocab.piece)

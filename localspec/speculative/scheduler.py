@@ -81,12 +81,14 @@ class Scheduler:
 
     def run(
         self, jobs: Iterable[Job | None], cancelled: Callable[[], bool] = lambda: False,
-        idle: Callable[[], None] | None = None,
+        idle: Callable[[], None] | None = None, flush: Callable[[], None] | None = None,
     ) -> Iterator[tuple[Job, Event]]:
         """Every job's events, as they happen: Prefill, then Steps, then Finished (or one Failed). Jobs are taken
         from ``jobs`` as lanes free up; a None from it means "none yet" (a server's queue), and with nothing running
         the scheduler then calls ``idle`` (which should block until a job may have come). When ``cancelled`` turns
-        true, every running job finishes "interrupted" and the jobs not started are left in the iterator."""
+        true, every running job finishes "interrupted" and the jobs not started are left in the iterator.
+        ``flush`` is called before each pass's drafts and decode, when every event until that pass ends has been
+        yielded: a consumer that gathers events hands them on there, once a pass (the server's Service)."""
         pending = iter(jobs)
         flights: list[Flight | None] = [None] * self.parallel
         more = True
@@ -110,15 +112,15 @@ class Scheduler:
                 if idle is not None:
                     idle()
                 continue
-            yield from self._pass(flights)
+            yield from self._pass(flights, flush)
             for i, f in enumerate(flights):
                 if f is not None and (f.run.reason or f.error):
                     yield self._ended(f)
                     flights[i] = None
 
     def _guard(self, f: Flight, step: Callable[[], T]) -> T | None:
-        """``step()``, one of ``f``'s own: an exception there ends ``f`` alone (DESIGN.md, "Requests that cannot
-        hurt each other"); None once ``f`` has failed."""
+        """``step()``, one of ``f``'s own: an exception there ends ``f`` alone (docs/architecture.md, "Requests that
+        cannot hurt each other"); None once ``f`` has failed."""
         if f.error is not None:
             return None
         try:
@@ -201,7 +203,8 @@ class Scheduler:
         run.started = self.clock()
         return Flight(job, lane, generator, run, reused=kept, cached_target=run.history[:-1])
 
-    def _pass(self, flights: list[Flight | None]) -> Iterator[tuple[Job, Event]]:
+    def _pass(self, flights: list[Flight | None], flush: Callable[[], None] | None = None,
+              ) -> Iterator[tuple[Job, Event]]:
         """One pass: every decoding sequence's plan, prompt chunks in what room is left; then settle each."""
         live = [f for f in flights if f is not None]
         for f in live:
@@ -210,6 +213,8 @@ class Scheduler:
                 yield from self._prefilled(f)  # a prompt another lane held, or the lane's last job, is cached whole
         live = [f for f in live if f.error is None]
         decoding = [f for f in live if f.decoding]
+        if flush is not None:  # nothing more until this pass is decoded: what the consumer gathered goes now
+            flush()
         planned: list[Flight] = []
         wanted: list[tuple[Flight, DraftWanted]] = []  # plans that wait for the draft phase
         rows_after = sum(f.last[0] for f in decoding)

@@ -185,6 +185,7 @@ class Engine:
             try:
                 for event in rt.generate(tokens, self.options.generation, cancelled=cancelled):
                     if isinstance(event, Step):
+                        event.decode_rejected()  # shown as ghosts: decoded here, where the model runs, not on the UI
                         self.steps.append((event, time.perf_counter()))
                     elif isinstance(event, Prefill):
                         self._post(Prefilled(event, time.perf_counter()))

@@ -7,6 +7,7 @@ appends whole lines, and one widget per token would make layout cost grow with t
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
@@ -108,7 +109,7 @@ class AnswerView(Vertical):
         if step.target is not None:
             self._append(step.target.text, "target")
 
-    def _ghost(self, tokens: tuple[Token, ...], now: float, *, branch: bool = False) -> None:
+    def _ghost(self, tokens: Sequence[Token], now: float, *, branch: bool = False) -> None:
         ghost = "".join(t.text for t in tokens)
         if ghost:
             self._runs.append(Run(ghost, "ghost", now + self.ghost_seconds, branch))
