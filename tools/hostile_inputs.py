@@ -3,7 +3,8 @@
 
 Every case runs `.venv/bin/localspec` as a user would (in a scratch folder, with its own LOCALSPEC_HOME and hub
 cache, never ~), and the table shows the command, what the user sees on stderr, and the exit code. A case whose
-exit code is not the one expected is marked in the table and makes the script exit 1.
+exit code is not the one expected is marked in the table and makes the script exit 1. A hand-written section at the
+end of the file ("## The fuzzer: every endpoint", from tests/test_fuzz.py's larger run) is kept as it is.
 
     .venv/bin/python tools/hostile_inputs.py [--out docs/hostile-inputs.md]
 
@@ -290,6 +291,16 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(out) + "\n"
 
 
+# where the hand-written part of the file begins: a run of tests/test_fuzz.py, which this script does not make
+KEPT = "\n## The fuzzer: every endpoint\n"
+
+
+def kept(path: Path) -> str:
+    """The hand-written tail of the file being replaced (from ``KEPT`` on), so that regenerating keeps it."""
+    text = path.read_text() if path.exists() else ""
+    return text[text.find(KEPT):] if KEPT in text else ""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "hostile-inputs.md")
@@ -307,7 +318,7 @@ def main() -> int:
             mark = "ok" if outcome.code == case.expect else f"UNEXPECTED exit {outcome.code}"
             print(f"{mark:>22}  {case.shown}", file=sys.stderr)
             outcomes.append(outcome)
-    args.out.write_text(table(outcomes))
+    args.out.write_text(table(outcomes) + kept(args.out))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0 if all(o.code == o.case.expect for o in outcomes) else 1
 

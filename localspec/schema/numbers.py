@@ -36,13 +36,19 @@ FRACTION_STEP = 1e-10
 _UNBOUNDED = ("not", "if", "propertyNames")
 
 
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    """The type names a schema's ``type`` gives (a name or a list of them); anything else there names none (the
+    grammar engine then says what is wrong with it)."""
+    raw = schema.get("type")
+    return {t for t in (raw if isinstance(raw, list) else [raw]) if isinstance(t, str)}
+
+
 def bounded(schema: Any) -> Any:
     """``schema`` with every number leaf bounded as above (a new object; ``schema`` is not changed)."""
     if not isinstance(schema, Mapping):
         return schema
     out = map_subschemas(schema, lambda sub, key: bounded(sub), skip=_UNBOUNDED)
-    types = out.get("type")
-    types = set(types) if isinstance(types, list) else {types}
+    types = _types(out)
     if types & {"number", "integer"}:
         low = _bound(out, "minimum", "exclusiveMinimum")
         high = _bound(out, "maximum", "exclusiveMaximum")
@@ -108,11 +114,11 @@ def _close_open_leaves(schema: Any) -> Any:
     if not set(schema) - _ANNOTATIONS:  # {}: any value
         return {**schema, **_ANY_REF}
     out = map_subschemas(schema, lambda sub, key: _close_open_leaves(sub), skip=_UNBOUNDED)
-    types = out.get("type")
-    types = set(types) if isinstance(types, list) else {types}
+    types = _types(out)
     if "object" in types and "properties" not in out and "patternProperties" not in out \
             and out.get("additionalProperties", True) is True:
         out["additionalProperties"] = _ANY_REF
     if "array" in types and "prefixItems" not in out and out.get("items", True) is True:
         out["items"] = _ANY_REF
     return out
+

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from localspec.bounded_json import loads
-from localspec.errors import UserError
+from localspec.errors import STOPPING, UserError
 from localspec.schema.cache import BoundedCache
 from localspec.schema.defaults import with_defaults
 from localspec.schema.json_style import DEFAULT, Separators, json_options, separators_of
@@ -163,7 +163,9 @@ def _from_mapping(value: Mapping[str, Any]) -> ConstraintSpec | None:
 def _compiled(spec: ConstraintSpec) -> str:
     """The spec's grammar, compiled once: failures are kept too (naming where one fails costs a compile a node).
     llguidance raises ValueError for what its parsers refuse (a schema nested past their depth), and the schema's
-    rewrites (defaults, numbers) recurse once a level: either is a ConstraintError."""
+    rewrites (defaults, numbers) recurse once a level: either is a ConstraintError. So is a panic of llguidance's
+    Rust code (pyo3's PanicException, a BaseException: 1.9.1 panics cutting its own message inside a character, on
+    a long non-ASCII string where a number belongs), found by tests/test_fuzz.py."""
     known = _CACHE.get(spec)
     if known is None:
         try:
@@ -172,6 +174,11 @@ def _compiled(spec: ConstraintSpec) -> str:
             known = e
         except (ValueError, RecursionError) as e:
             known = ConstraintError(f"the {spec.describe()} cannot be used: {_one_line(str(e))}")
+        except STOPPING:
+            raise
+        except BaseException as e:  # noqa: B036 (llguidance's panics are BaseExceptions: see above)
+            known = ConstraintError(f"the {spec.describe()} cannot be used (the grammar engine failed on it: "
+                                    f"{type(e).__name__}: {_one_line(str(e))[:200]})")
         _CACHE.put(spec, known)
     if isinstance(known, ConstraintError):
         raise ConstraintError(str(known), known.param)

@@ -59,7 +59,10 @@ def error_body(error: ApiError) -> dict[str, Any]:
     """An error in Anthropic's shape; its type from the status, as Anthropic's SDK maps the status to its
     exception."""
     kind = ERROR_TYPES.get(error.status, "api_error" if error.status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": error.message}}
+    # a message may quote the body (a block's type), and a lone surrogate there cannot be written as UTF-8: the
+    # error itself would fail, as a 500; quoted as its escape it is the 400 it is
+    message = error.message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 # -- the body: translated for the one reader --

@@ -1,7 +1,7 @@
 """OpenAI's Responses API (``POST /v1/responses``) as a face (serve/face.py): a Responses body is translated into a
 chat completions body and read by the one body reader (localspec/openai_body.py), and the answer's pieces
-(serve/pieces.py) are translated out into a ``Response`` object or its typed stream events (DESIGN.md, "Agents as the
-judge": one reader, many faces).
+(serve/pieces.py) are translated out into a ``Response`` object or its typed stream events (docs/architecture.md,
+"Agents as the judge": one reader, many faces).
 
 Stateless: the server keeps no responses, so ``previous_response_id`` (and ``conversation``) is a 400 that says to
 send the whole conversation in ``input``; ``store`` is accepted (the API's default is true, and openai-agents may send
@@ -96,7 +96,22 @@ def read(data: object) -> tuple[Body, _Echo]:
         body = parse_body(chat, "chat", "")
     except BodyError as e:
         raise ApiError(400, _rename(str(e), where), param=_param(e.param, where)) from None
-    return body, _echo(data, tools)
+    echo = _echo(data, tools)
+    _writable(echo)
+    return body, echo
+
+
+def _writable(echo: _Echo) -> None:
+    """A Response repeats fields the reader never reads (metadata, reasoning, text.verbosity, a tool's strict): each
+    must be JSON a client can read, or the answer would fail after it began (a 500, or a stream cut short): a lone
+    surrogate cannot be written as UTF-8, NaN and Infinity are no JSON."""
+    for name, value in echo.fields.items():
+        try:
+            json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except ValueError:  # UnicodeEncodeError among them
+            raise ApiError(400, f"{name} holds a lone surrogate (\\ud800 to \\udfff) or NaN or Infinity: it cannot "
+                                "be repeated as JSON in the Response; send valid Unicode and finite numbers",
+                           param=name) from None
 
 
 def _refuse(data: Mapping[str, Any]) -> None:
