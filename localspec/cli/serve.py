@@ -67,9 +67,10 @@ def serve(
 
     The model, drafter and sampling options are the defaults a request's own fields override.
 
-    Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (OpenAI's Responses API), POST
-    /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API), GET /v1/models, GET /health, GET
-    /metrics.
+    Routes: POST /v1/chat/completions, POST /v1/completions, POST
+    /v1/responses (OpenAI's Responses API), POST /v1/messages and
+    /v1/messages/count_tokens (Anthropic's Messages API), GET /v1/models,
+    GET /health, GET /metrics.
 
     Examples:
 
