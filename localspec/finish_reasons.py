@@ -21,3 +21,9 @@ def result_reason(reason: str) -> str:
 def openai_reason(reason: str) -> str:
     """A loop's or a result's reason, as OpenAI's API says it."""
     return OPENAI.get(result_reason(reason), "stop")
+
+
+def calls_reason(reason: str) -> str:
+    """An answer that holds tool calls, as OpenAI's API says it ended: ``tool_calls``, or ``length`` where the token
+    limit (or the context) cut it."""
+    return "length" if openai_reason(reason) == "length" else "tool_calls"

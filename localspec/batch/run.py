@@ -11,7 +11,7 @@ from localspec.batch.result import Result
 from localspec.errors import UserError
 from localspec.events import Event, Finished, Step
 from localspec.faults import ARMED, mark
-from localspec.finish_reasons import result_reason
+from localspec.finish_reasons import calls_reason, result_reason
 from localspec.openai_body import BodyError
 from localspec.request import Request
 from localspec.runtime import BatchRuntime
@@ -19,7 +19,6 @@ from localspec.schema.spec import follow_prompt
 from localspec.settings import GenerationSettings
 from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.scheduler import Scheduler
-from localspec.structured.tools import calls_finish
 
 
 @dataclass(slots=True)
@@ -69,7 +68,7 @@ def run_requests(
                 calls = rt.tool_calls(result.text, pending.request.tools)
                 if calls.calls:
                     result.text, result.tool_calls = calls.content or "", list(calls.calls)
-                    result.finish_reason = calls_finish(event.reason)
+                    result.finish_reason = calls_reason(event.reason)
             yield result
         elif isinstance(event, Failed):
             yield Result(pending.request.id, finish_reason="error", error=event.message, index=pending.index)

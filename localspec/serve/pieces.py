@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.events import Finished, Prefill, Stats, Step
-from localspec.finish_reasons import openai_reason
+from localspec.finish_reasons import calls_reason, openai_reason
 from localspec.speculative.jobs import Failed
 from localspec.structured.call_watch import CallPiece, CallWatch, TextPiece
-from localspec.structured.tools import Calls, ToolUse, calls_finish
+from localspec.structured.tools import Calls, ToolUse
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ async def answer_pieces(events: Callable[[], Awaitable[Any]], tools: ToolUse | N
             if tools is not None and watch is not None:
                 calls = await read_calls(text, tools, watch.ids)
                 if calls.calls:
-                    reason = calls_finish(event.reason)
+                    reason = calls_reason(event.reason)
                 for out in watch.settle(calls):
                     yield out
             yield Ended(text, calls, reason, event.stats, reused, drafters)

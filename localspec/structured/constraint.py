@@ -85,7 +85,6 @@ class Constraint:
                                                        if t.startswith(ANCHORED)) or None
         self._piece = piece
         self._tokenize = tokenize
-        self._tail = b""
         self._answer: list[tuple[int, bytes]] = []  # before the trigger: the answer's tokens and their bytes
         self.active = not triggers
         # a tool call's grammar (schema.spec.TOOL_CALLS): where the model's own token is forbidden and the grammar may
@@ -261,18 +260,22 @@ class Constraint:
         self.seconds += time.perf_counter() - t0
 
     def _watch(self, token: int) -> None:
-        """Before the trigger: has this token completed it? Then the grammar holds, fed from where it began."""
+        """Before the trigger: has this token completed it? Then the grammar holds, fed from where it began. Called for
+        every token of a free answer with tools offered: where only a marker token can start a call (the answer's
+        start is past), it costs a set lookup."""
+        if token in self._trigger_ids:  # the marker token: the call begins with it
+            self._feed([token])
+            return
+        if not self._trigger_texts and self._anchored is None:
+            return
         piece = self._piece(token) if self._piece is not None else b""
         answer = self._answer
         answer.append((token, piece))
-        if token in self._trigger_ids:
-            self._begin(len(answer) - 1)
-            return
-        if self._trigger_texts and self._piece is not None:
-            self._tail = (self._tail + piece)[-64:]
+        if self._trigger_texts:
+            tail = b"".join(p for _, p in answer)  # the kept window (below): at least a marker's bytes
             for text in self._trigger_texts:
-                if self._tail.endswith(text):
-                    self._begin_at_byte(sum(len(p) for _, p in answer) - len(text))
+                if tail.endswith(text):
+                    self._begin_at_byte(len(tail) - len(text))
                     return
         if self._anchored is not None:
             start = anchored_start(b"".join(p for _, p in answer).decode("utf-8", "replace"), self._anchored)
@@ -282,7 +285,7 @@ class Constraint:
                 self._anchored = None
         if self._anchored is None:  # kept: only what a text marker may span
             kept, size = 0, 0
-            while self._trigger_texts and kept < len(answer) and size < 64:
+            while kept < len(answer) and size < 64:
                 kept += 1
                 size += len(answer[-kept][1])
             del answer[:len(answer) - kept]
@@ -303,7 +306,7 @@ class Constraint:
             self._feed(self._tokenize(rest))
 
     def _begin(self, i: int) -> None:
-        """The call began at the answer's ``i``-th token: the grammar takes over, fed from there."""
+        """The call began at the kept answer's ``i``-th token: the grammar takes over, fed from there."""
         self._feed([t for t, _ in self._answer[i:]])
 
     def _feed(self, tokens: list[int]) -> None:

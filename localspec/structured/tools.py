@@ -206,12 +206,6 @@ def read_calls(text: str, use: ToolUse, valid: Any, ids: tuple[str, ...] = ()) -
     return Calls(content or None, tuple(calls))
 
 
-def calls_finish(reason: str) -> str:
-    """The finish reason of an answer that holds calls: ``tool_calls``, or ``length`` where the token limit (or the
-    context) cut it."""
-    return "length" if reason in ("length", "context_full") else "tool_calls"
-
-
 def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
