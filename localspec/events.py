@@ -13,6 +13,8 @@ from typing import Literal, overload
 # the kinds of drafts copied from earlier requests (drafters/ngram.py: "cache/3", "cache/follow", ...): the policy
 # carries their trust across a job, and the stats count them apart
 CACHE_KIND = "cache/"
+# the kinds of drafts copied from a request's prediction (drafters/prediction.py): learned per generation, counted apart
+PREDICTION_KIND = "prediction/"
 
 Source = Literal["draft", "target"]
 
@@ -141,6 +143,13 @@ class Stats:
     forced_drafted: int = 0
     forced_accepted: int = 0
     grammar_seconds: float = 0.0
+    # of ``drafted`` / ``accepted``: the tokens drafted from the request's prediction (drafters/prediction.py)
+    prediction_drafted: int = 0
+    prediction_accepted: int = 0
+    # OpenAI's usage of a prediction: its tokens that appear in the answer, in order, and the rest (tokens.in_order);
+    # what the answer is, not what was drafted: the same under --drafter none
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
     # passes that verified no draft (one row, as every pass of target-only decoding), and their seconds: what a
     # target-only step costs in this very answer (tui/speedup.py)
     plain_passes: int = 0
@@ -168,6 +177,9 @@ class Stats:
         if step.kind.startswith(CACHE_KIND):  # what earlier answers drafted: after any tokens a grammar forced
             self.cache_drafted += len(step.accepted) + len(step.rejected) - step.forced
             self.cache_accepted += max(0, len(step.accepted) - step.forced)
+        elif step.kind.startswith(PREDICTION_KIND):
+            self.prediction_drafted += len(step.accepted) + len(step.rejected) - step.forced
+            self.prediction_accepted += max(0, len(step.accepted) - step.forced)
         if step.forced:
             self.forced_drafted += step.forced
             self.forced_accepted += min(step.forced, len(step.accepted))
@@ -186,6 +198,11 @@ class Stats:
             self.accepted_by_position[i][1] += 1
             if i < len(step.accepted):
                 self.accepted_by_position[i][0] += 1
+
+    def prediction_usage(self) -> dict[str, int]:
+        """OpenAI's usage of a prediction (``completion_tokens_details``); what was drafted from it is apart."""
+        return {"accepted_prediction_tokens": self.accepted_prediction_tokens,
+                "rejected_prediction_tokens": self.rejected_prediction_tokens}
 
     def to_dict(self) -> dict[str, object]:
         rates = ("tokens_per_second", "acceptance_rate", "mean_accepted_length")

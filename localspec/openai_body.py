@@ -22,7 +22,7 @@ from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.request import STYLES, Request
 from localspec.schema import ConstraintError, ConstraintSpec
-from localspec.settings import MODEL_FREE_DRAFTERS, TEMPERATURE_MAX
+from localspec.settings import MODEL_FREE_DRAFTERS, PREDICTION_MAX_CHARS, PREDICTION_MAX_TOKENS, TEMPERATURE_MAX
 from localspec.structured.tools import ToolUse, read_tools
 
 Kind = Literal["chat", "completion"]
@@ -98,6 +98,7 @@ def parse_body(data: object, kind: Kind | None, id: str, *, style: str = "plain"
         line=line,
         constraint=_constraint(_get(data, "response_format")),
         tools=_tools(data, kind),
+        prediction=_prediction(_get(data, "prediction")),
     )
     _number(speculation, "branches", int, 1, 1, param="speculation.branches",
             why="token trees are not verified inside the shared pass")
@@ -126,6 +127,8 @@ def check_request(request: Request) -> Request:
               "stop": list(request.stop) if isinstance(request.stop, tuple) else request.stop,
               "speculation": {"drafter": request.drafter, "k": request.k},
               "response_format": ConstraintSpec.of(request.constraint),
+              "prediction": None if request.prediction is None else {"type": "content",
+                                                                      "content": request.prediction},
               **({"tools": request.tools.tools, "tool_choice": _choice(request.tools.choice),
                   "parallel_tool_calls": request.tools.parallel} if request.tools is not None else {})}
     return parse_body(fields, None, request.id, style=request.style, line=request.line).request
@@ -298,6 +301,33 @@ def _stop(value: Any) -> tuple[str, ...] | None:
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > STOPS_MAX:
         raise BodyError("stop", f"stop must be a non-empty string or a list of at most {STOPS_MAX} of them")
     return tuple(_unicode(s, "stop") for s in stops)
+
+
+def _prediction(value: Any) -> str | None:
+    """OpenAI's ``prediction``: ``{"type": "content", "content": a string or a list of text parts}``; its text, or
+    None where it predicts nothing (an empty text)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise BodyError("prediction", 'prediction must be an object: {"type": "content", "content": "<the text the '
+                                      'answer will mostly be>"}')
+    if value.get("type") != "content":
+        raise BodyError("prediction.type", f"prediction.type must be \"content\" (the only kind of prediction), got "
+                                           f"{value.get('type')!r}")
+    content = value.get("content")
+    if isinstance(content, list):  # content parts, as a message's: text only
+        if not all(isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                   for p in content):
+            raise BodyError("prediction.content", "prediction.content: only text parts ({\"type\": \"text\", "
+                                                  "\"text\": ...}) are supported")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise BodyError("prediction.content", "prediction.content must be a string or a list of text parts")
+    if len(content) > PREDICTION_MAX_CHARS:
+        raise BodyError("prediction.content", f"prediction.content has {len(content)} characters, more than a "
+                                              f"prediction of at most {PREDICTION_MAX_TOKENS} tokens can: send "
+                                              "the part of the file the answer will copy")
+    return _unicode(content, "prediction.content") or None
 
 
 def _constraint(value: Any) -> ConstraintSpec | None:

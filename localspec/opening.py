@@ -24,7 +24,13 @@ from localspec.models.files import known_sha256
 from localspec.models.files import say as to_stderr
 from localspec.sampling import make_rng
 from localspec.schema import ConstraintSpec
-from localspec.settings import RuntimeSettings, SamplingSettings, Settings, SpeculationSettings
+from localspec.settings import (
+    PREDICTION_MAX_TOKENS,
+    RuntimeSettings,
+    SamplingSettings,
+    Settings,
+    SpeculationSettings,
+)
 from localspec.speculative.calibrate import Reads, choose_reads, load_or_measure
 from localspec.speculative.calibration_cache import Calibration
 from localspec.speculative.draft_phase import DraftPhase
@@ -70,6 +76,17 @@ class Prompts:
                 and any(m.tool_calls or m.role == "tool" for m in messages):
             messages = plain_conversation(messages)  # earlier calls and results, as text its template can show
         return self.chat_template.tokenize(self.model.vocab, messages, add_assistant=True, tools=tools)
+
+    def prediction_tokens(self, text: str | None) -> tuple[int, ...]:
+        """A prediction's tokens, as the answer would hold its text (no special tokens parsed); UserError past
+        PREDICTION_MAX_TOKENS."""
+        if not text:
+            return ()
+        tokens = self.model.vocab.tokenize(text, add_special=False, parse_special=False)
+        if len(tokens) > PREDICTION_MAX_TOKENS:
+            raise UserError(f"the prediction is {len(tokens)} tokens, more than {PREDICTION_MAX_TOKENS}: send the part "
+                            "of the file the answer will copy")
+        return tuple(tokens)
 
     def tool_prompt(self, messages: list[Message], use: ToolUse) -> tuple[list[int], ConstraintSpec | None]:
         """A conversation with tools: its tokens, and the constraint of the answer's calls (structured/)."""

@@ -34,3 +34,5 @@ class Request:
     # what the answer must match (OpenAI's response_format: a JSON schema, JSON, a grammar, a regex)
     constraint: ConstraintSpec | None = None
     tools: ToolUse | None = None  # the tools the answer may call (OpenAI's tools, tool_choice, parallel_tool_calls)
+    # what the answer will mostly be (OpenAI's Predicted Outputs: prediction.content): drafted from, never imposed
+    prediction: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from difflib import SequenceMatcher
 from typing import Any, Protocol
 
 _BLOCK = 64  # tokens compared a slice at a time (in C) before the last, partial block is walked in Python
@@ -61,3 +62,11 @@ def held(lane: Any, tokens: Sequence[int], scope: str | None) -> int:
     """How much of ``tokens`` a request of ``scope`` may take from ``lane``'s cache: its common start, nothing across
     scopes (a lane's scope is its own, set when a job starts on it; a lane without one has None)."""
     return common_prefix(lane.tokens, tokens) if getattr(lane, "scope", None) == scope else 0
+
+
+def in_order(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens of ``a`` appear in ``b`` in the same order (the matching blocks of difflib's alignment, no
+    junk heuristic): OpenAI's accepted prediction tokens, with ``a`` the prediction and ``b`` the answer."""
+    if not a or not b:
+        return 0
+    return sum(block.size for block in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())

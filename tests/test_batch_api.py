@@ -12,7 +12,7 @@ import localspec
 from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.request import Request
-from tests.lossless import assert_lossless, checking_model, margin
+from tests.lossless import assert_lossless, assert_lossless_text, checking_model, margin
 
 
 @pytest.mark.parametrize(("prompts", "options", "message"), [
@@ -55,6 +55,7 @@ def test_generate_raises_a_user_error_for_a_prompt_it_cannot_read() -> None:
     (Request("a", prompt="hi", temperature=-1.0), "temperature must be between 0 and 5"),
     (Request("a", prompt="hi", style="json"), "style must be one of plain"),
     (Request(7, prompt="hi"), "id must be a string"),  # type: ignore[arg-type]
+    (Request("a", prompt="hi", prediction=b"x"), "prediction.content must be a string"),  # type: ignore[arg-type]
 ])
 def test_a_request_built_in_python_is_read_as_a_line_would_be(request_: Request, message: str) -> None:
     # a Request skips the body reader unless it is read like one: k=500 used to run (and no prompt ran on nothing)
@@ -92,3 +93,20 @@ def test_profile_means_what_the_flag_means(model_path: Path) -> None:
     tokens = model.vocab.tokenize(prompt, add_special=True, parse_special=True)
     for result in (drafted, plain):
         assert_lossless(model, tokens, result.tokens, margin(model))
+
+
+def test_a_prediction_through_the_python_api_is_drafted_from_and_counted(model_path: Path) -> None:
+    prompt = "Copy this line: The meeting moved to Tuesday at 10:30 in room 4B.\nCopy:"
+    plain = localspec.generate(prompt, model=str(model_path), ctx=256, max_tokens=24, k=4)
+    predicted = localspec.generate(prompt, model=str(model_path), ctx=256, max_tokens=24, k=4,
+                                   prediction=plain.text)
+    model = checking_model(model_path)
+    assert_lossless_text(model, prompt, predicted.text, margin(model))  # the target's text, drafted or not
+    assert predicted.stats.accepted_prediction_tokens >= 20 and predicted.stats.prediction_accepted >= 12
+    # a line's own OpenAI field, and one too large: its error result names the field
+    results = list(localspec.generate_many(
+        [{"id": "p", "prompt": prompt, "prediction": {"type": "content", "content": plain.text}},
+         {"id": "big", "prompt": prompt, "prediction": {"type": "content", "content": "word " * 9000}}],
+        model=str(model_path), ctx=256, max_tokens=24, k=4, ordered=True))
+    assert results[0].stats.accepted_prediction_tokens >= 20
+    assert not results[1].ok and "the prediction is" in (results[1].error or "")

@@ -78,6 +78,8 @@ CHAT: list[dict[str, Any]] = [
      "max_tokens": 2, "n": 1, "presence_penalty": 0, "logit_bias": {}},
     {"messages": [{"role": "user", "content": "Yes or no?"}], "response_format": {"type": "regex", "regex": "(yes|no)"},
      "max_tokens": 2, "stream": True},
+    {"messages": [{"role": "user", "content": "Rename x to y: x = 1"}], "max_tokens": 2, "stream": True,
+     "stream_options": {"include_usage": True}, "prediction": {"type": "content", "content": "x = 1"}},
 ]
 COMPLETIONS: list[dict[str, Any]] = [
     {"model": "default", "prompt": "1, 2, 3,", "max_tokens": 2},
@@ -86,6 +88,8 @@ COMPLETIONS: list[dict[str, Any]] = [
     {"prompt": "Answer yes or no:", "max_tokens": 2, "response_format": {"type": "grammar",
                                                                         "grammar": 'start: "yes" | "no"'}},
     {"prompt": "JSON:", "max_tokens": 2, "response_format": {"type": "json_object"}, "echo": False, "best_of": 1},
+    {"prompt": "a = 1\nb = 2\n", "max_tokens": 2,
+     "prediction": {"type": "content", "content": [{"type": "text", "text": "c = 3\n"}]}},
 ]
 RESPONSES: list[dict[str, Any]] = [
     {"model": "default", "input": "Hi", "max_output_tokens": 2, "temperature": 0},
@@ -102,6 +106,7 @@ RESPONSES: list[dict[str, Any]] = [
                {"type": "function_call_output", "call_id": "call_1", "output": "18 C"}],
      "tools": [{"type": "function", "name": "get_weather", "parameters": PARAMETERS}], "max_output_tokens": 2,
      "tool_choice": {"type": "function", "name": "get_weather"}, "stream": True},
+    {"input": "Rename x to y: x = 1", "max_output_tokens": 2, "prediction": {"type": "content", "content": "y = 1"}},
     {"input": "Anna, 34, as JSON:", "max_output_tokens": 2,
      "text": {"format": {"type": "json_schema", "name": "person", "schema": SCHEMA, "strict": True},
               "verbosity": "low"}},

@@ -193,3 +193,28 @@ def test_a_drafter_the_policy_keeps_off_is_named() -> None:
     assert switched_off("early-exit", 2, off) is None  # --k forces drafting: nothing was switched off
     assert switched_off("auto", None, off) is None  # auto decoding plainly is its normal answer
     assert switched_off("early-exit", None, Stats(generated_tokens=64, target_passes=40, drafted=60)) is None
+
+
+def test_a_prediction_file_is_drafted_from_and_counted(tmp_path: Path, model_path: Path) -> None:
+    prompt = "Copy this line: The meeting moved to Tuesday at 10:30 in room 4B.\nCopy:"
+    plain = localspec(["run", prompt, "-n", "24", "--k", "4", "--json"])
+    assert plain.code == 0, plain.stderr
+    text = json.loads(plain.stdout)["text"]
+    (tmp_path / "answer.txt").write_text(text)
+    got = localspec(["run", prompt, "-n", "24", "--k", "4", "--json", "--prediction", str(tmp_path / "answer.txt")])
+    assert got.code == 0, got.stderr
+    stats = json.loads(got.stdout)["stats"]
+    assert stats["accepted_prediction_tokens"] >= 20 and stats["prediction_accepted"] >= 12
+    assert stats["prediction_drafted"] <= stats["drafted"]
+    # from stdin, with the stats line that says it
+    piped = localspec(["run", prompt, "-n", "24", "--k", "4", "--prediction", "-"], input=text)
+    assert piped.code == 0 and "prediction: drafted" in piped.stderr, piped.stderr
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["hello", "--prediction", "/nonexistent/file.py"], "cannot read --prediction"),
+    (["-", "--prediction", "-"], "give --prediction a file"),
+])
+def test_a_prediction_that_cannot_be_read_is_one_line(args: list[str], fragment: str) -> None:
+    assert_one_line_error(localspec(["run", *args, "--model", "/nonexistent/never-loaded.gguf"], input="x"),
+                          fragment)

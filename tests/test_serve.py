@@ -166,6 +166,40 @@ def test_a_stream_is_the_same_text_in_pieces_with_usage_and_speculation_timings(
     assert len(streamed) == 1 and streamed[0]["predicted_n"] == 24
 
 
+def test_a_prediction_is_drafted_from_and_counted_as_openai_counts_it(server: Server, model_path: Path) -> None:
+    client = server.client()
+    messages = [{"role": "user", "content": PROMPTS[6]}]
+    pinned = {"speculation": {"k": 4}}  # the same pass sizes for every request below (see the stream test)
+    plain = client.chat.completions.create(model="default", messages=messages, max_tokens=32, extra_body=pinned)
+    text = plain.choices[0].message.content or ""
+    # the answer itself as the prediction, as an editor sends the file it asks to change; then text parts
+    predicted = client.chat.completions.create(model="default", messages=messages, max_tokens=32, extra_body=pinned,
+                                               prediction={"type": "content", "content": text})
+    _lossless(checking_model(model_path), PROMPTS[6], predicted.choices[0].message.content or "", text, chat=True)
+    usage = predicted.usage
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.accepted_prediction_tokens >= 28  # near-ties aside: all of it
+    assert usage.completion_tokens_details.rejected_prediction_tokens <= 4
+    timings = predicted.model_extra["timings"]  # type: ignore[index]
+    assert timings["draft_n_prediction_accepted"] >= 20 and timings["draft_n_prediction"] <= timings["draft_n"]
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0  # type: ignore[union-attr]
+    chunks = list(client.chat.completions.create(
+        model="default", messages=messages, max_tokens=32, extra_body=pinned, stream=True,
+        stream_options={"include_usage": True},
+        prediction={"type": "content", "content": [{"type": "text", "text": text[:20]}, {"type": "text",
+                                                                                         "text": text[20:]}]}))
+    streamed = chunks[-1].usage
+    assert streamed is not None and streamed.completion_tokens_details is not None
+    assert streamed.completion_tokens_details.accepted_prediction_tokens >= 28
+    # the Responses API takes the same field
+    status, _, raw = server.http("POST", "/v1/responses", {
+        "model": "default", "input": PROMPTS[6], "max_output_tokens": 32, "speculation": {"k": 4},
+        "prediction": {"type": "content", "content": text}})
+    assert status == 200, raw
+    details = json.loads(raw)["usage"]["output_tokens_details"]
+    assert details["accepted_prediction_tokens"] >= 28
+
+
 def test_eight_streaming_clients_at_once_all_finish_with_their_own_text(server: Server, model_path: Path) -> None:
     client = server.client()
     before = server.metrics()
@@ -250,6 +284,16 @@ def test_message_text_stays_text_and_a_request_may_pick_its_drafter(server: Serv
     # over the server's --max-tokens-cap (64), under either name
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 65}, "max_tokens"),
     ({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 10**9}, "max_tokens"),
+    # a prediction (OpenAI's Predicted Outputs) that is not one, or too large to index
+    ({"messages": [{"role": "user", "content": "x"}], "prediction": "def f(): ..."}, "prediction"),
+    ({"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "file", "content": "x"}},
+     "prediction.type"),
+    ({"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "content", "content": 42}},
+     "prediction.content"),
+    ({"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "content", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}}, "prediction.content"),
+    ({"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "content", "content": "word " * 9000}},
+     "prediction.content"),
 ])
 def test_a_bad_request_is_a_400_in_openais_shape(server: Server, body: dict, param: str) -> None:
     status, _, raw = server.http("POST", "/v1/chat/completions", {"model": "default", **body})

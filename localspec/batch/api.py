@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from localspec.batch.result import Result
@@ -135,10 +136,18 @@ def generate_many(
             yield from release(result)
 
 
-def generate(prompt: str | Request | Mapping[str, Any], **options: Any) -> Result:
+def generate(prompt: str | Request | Mapping[str, Any], *, prediction: str | None = None, **options: Any) -> Result:
     """One prompt through the same path (``generate_many``'s options). A prompt that cannot be read raises
-    ``localspec.errors.UserError``; one that cannot run (too long) gives a Result with ``error`` set."""
-    return next(iter(generate_many([as_request(prompt, 0)], **options)))
+    ``localspec.errors.UserError``; one that cannot run (too long) gives a Result with ``error`` set.
+    ``prediction``: what the answer will mostly be (OpenAI's Predicted Outputs: e.g. the file the prompt asks to
+    change), drafted from and never imposed; many prompts each carry their own (a Request's ``prediction``, a
+    mapping's OpenAI ``prediction`` field)."""
+    request = as_request(prompt, 0)
+    if prediction is not None:
+        if not isinstance(prediction, str):
+            raise UserError(f"prediction must be a string (the text the answer will mostly be), got {prediction!r}")
+        request = as_request(replace(request, prediction=prediction), 0)
+    return next(iter(generate_many([request], **options)))
 
 
 def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request:

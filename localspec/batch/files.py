@@ -131,7 +131,8 @@ def record(result: Result, request: Request | LineError, model: str) -> dict[str
     created = int(time.time())
     finish = openai_reason(result.finish_reason)
     usage = {"prompt_tokens": result.stats.prompt_tokens, "completion_tokens": len(result.tokens),
-             "total_tokens": result.stats.prompt_tokens + len(result.tokens)}
+             "total_tokens": result.stats.prompt_tokens + len(result.tokens),
+             "completion_tokens_details": {"reasoning_tokens": 0, **result.stats.prediction_usage()}}
     if request.style == "openai-chat":
         body: dict[str, Any] = {"id": f"chatcmpl-{result.id}", "object": "chat.completion", "created": created,
                                 "model": model, "choices": [{"index": 0, "finish_reason": finish, "message": {

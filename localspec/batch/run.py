@@ -101,6 +101,10 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
         tokens = rt.chat_tokens(list(request.messages))
     else:
         tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
+    try:  # before the grammar: a prediction too long costs a tokenization, a grammar a compile
+        generation = replace(generation, prediction=rt.prediction_tokens(request.prediction))
+    except UserError as e:
+        raise BodyError("prediction.content", str(e)) from None
     # the grammar's matcher now, with the model's tokenizer: a grammar that cannot be used fails this request here,
     # never a pass that other requests share (structured/grammars.py)
     constraint = generation.constraint

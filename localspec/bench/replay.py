@@ -19,7 +19,7 @@ import numpy as np
 from localspec.bench.compare import BASELINE, baselines
 from localspec.bench.cost_table import CostTable, load_cost_table, shipped_tables
 from localspec.bench.records import RunRecord
-from localspec.bench.runner import split_variant
+from localspec.bench.runner import PREDICTED, split_variant
 from localspec.drafters.base import Draft
 from localspec.errors import UserError
 from localspec.events import Finished, Stats
@@ -338,7 +338,9 @@ def replay_records(
     base = baselines(records)
     for r in records:
         name, k, b = (r.drafter, None, None) if r.anchor else split_variant(r.drafter)
-        if r.anchor or name not in REPLAYABLE or (name == "auto" and with_draft_model) or r.prompt_id not in prompts:
+        # a run given its prediction drafted from what the replay does not have
+        if r.anchor or r.drafter.endswith(PREDICTED) or name not in REPLAYABLE \
+                or (name == "auto" and with_draft_model) or r.prompt_id not in prompts:
             skipped.append(r.drafter)
             continue
         text = base[r.prompt_id] if r.divergence is not None and r.divergence.near_tie else r

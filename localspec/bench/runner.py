@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from localspec.speculative.survival import Survival
 
 K_MAX = SpeculationSettings().k_max  # the longest draft a pass verifies
+# a drafter's runs given the row's prediction (OpenAI's Predicted Outputs), beside its runs without: "ngram+prediction"
+PREDICTED = "+prediction"
 WARMUP_TOKENS = 8  # per drafter, before anything is timed: opens drafters, faults in weights, sizes buffers
 
 
@@ -84,10 +86,19 @@ def halves(records: Sequence[RunRecord], prompt_ids: Sequence[str]) -> dict[str,
     return out
 
 
+def with_predictions(drafters: Sequence[str], suite: Suite) -> list[str]:
+    """Each drafter once more, given the rows' predictions, where the suite has any. Target-only is not: it drafts
+    nothing, a prediction included (speculative/loop.py), and stays the baseline of both."""
+    if not any(p.prediction for p in suite.prompts):
+        return list(drafters)
+    return [*drafters, *(f"{d}{PREDICTED}" for d in drafters if d != BASELINE and d not in anchor_names.NAMES)]
+
+
 def split_variant(name: str) -> tuple[str, int | None, int | None]:
     """``ngram:k7`` → ("ngram", 7, None): a drafter with its draft length pinned; ``ngram:b4`` → ("ngram", None, 4):
-    token trees of up to 4 candidates; ``ngram:k3b4`` both; ``ngram`` → ("ngram", None, None)."""
-    drafter, _, variant = name.partition(":")
+    token trees of up to 4 candidates; ``ngram:k3b4`` both; ``ngram`` → ("ngram", None, None); a run given the
+    row's prediction (``ngram+prediction``) is its drafter's."""
+    drafter, _, variant = name.removesuffix(PREDICTED).partition(":")
     if not variant:
         return drafter, None, None
     found = re.fullmatch(r"(?:k(\d+))?(?:b(\d+))?", variant)
@@ -152,7 +163,7 @@ class Bench:
 
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
         if prompt.id not in self._tokens:
-            self._tokens[prompt.id] = self.rt.prompt_tokens(prompt.prompt)
+            self._tokens[prompt.id] = self.rt.prompt_tokens(prompt.prompt, chat=prompt.chat)
         return self._tokens[prompt.id]
 
     def warm_up(self, progress: Progress | None = None) -> None:
@@ -164,8 +175,14 @@ class Bench:
                 progress(i, len(self.drafters), None, f"warming up {drafter}")
             self._run_one(first, drafter, -1, WARMUP_TOKENS)
 
-    def run(self, progress: Progress | None = None) -> Outcome:
+    def jobs(self) -> list[Job]:
+        """The runs in their order (``schedule``), a drafter's runs with a prediction only for rows that have one."""
         jobs = (schedule_job if self.job else schedule)(len(self.suite.prompts), self.drafters, self.repeat)
+        prompts = self.suite.prompts
+        return [j for j in jobs if not j.drafter.endswith(PREDICTED) or prompts[j.prompt_index].prediction]
+
+    def run(self, progress: Progress | None = None) -> Outcome:
+        jobs = self.jobs()
         out = Outcome(planned=len(jobs))
         try:
             for i, job in enumerate(jobs):
@@ -227,8 +244,9 @@ class Bench:
         tokens: list[int] = []
         pieces: list[str] = []
         finished: Finished | None = None
-        for event in rt.generate(self.prompt_tokens(prompt),
-                                 GenerationSettings(max_tokens=max_tokens, constraint=prompt.constraint)):
+        predicted = rt.prediction_tokens(prompt.prediction) if drafter.endswith(PREDICTED) else ()
+        for event in rt.generate(self.prompt_tokens(prompt), GenerationSettings(
+                max_tokens=max_tokens, constraint=prompt.constraint, prediction=predicted)):
             if isinstance(event, Step):
                 for t in event.emitted:
                     tokens.append(t.id)

@@ -1,8 +1,11 @@
 """Benchmark suites: JSONL files of prompts, one object a line, grouped in the report by their category.
 
-A row is ``{"id": str, "category": str, "prompt": str, "max_tokens": int?, "schema": object?}``; a row with a
-JSON schema is answered under it (structured output), by every drafter and by target-only alike. Every problem is
-reported with the file and line it is on, so a hand-written suite can be fixed without guessing.
+A row is ``{"id": str, "category": str, "prompt": str, "max_tokens": int?, "schema": object?, "chat": bool?,
+"prediction": str?}``; a row with a JSON schema is answered under it (structured output), by every drafter and by
+target-only alike. ``chat``: the prompt is a user message, put through the model's own chat template (so one row
+fits every model). ``prediction``: what the answer will mostly be (OpenAI's Predicted Outputs), and the row is run
+with and without it (runner.py). Every problem is reported with the file and line it is on, so a hand-written suite
+can be fixed without guessing.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from localspec.schema.json_style import separators_of
 DEFAULT_SUITE = "default"
 DEFAULT_MAX_TOKENS = 128  # for rows that do not say: long enough for speculation to settle, short enough to repeat
 _REQUIRED = ("id", "category", "prompt")
-_KNOWN = (*_REQUIRED, "max_tokens", "schema")
+_KNOWN = (*_REQUIRED, "max_tokens", "schema", "chat", "prediction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,8 @@ class BenchPrompt:
     prompt: str
     max_tokens: int = DEFAULT_MAX_TOKENS
     constraint: ConstraintSpec | None = None  # the row's JSON schema, if it has one
+    chat: bool = False  # the prompt is a user message in the model's chat template
+    prediction: str | None = None  # what the answer will mostly be: the row runs with it and without it
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +100,19 @@ def _parse_row(line: str, where: str) -> BenchPrompt:
             constraint.grammar()
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
-    return BenchPrompt(row["id"], row["category"], row["prompt"], max_tokens, constraint)
+    chat = row.get("chat", False)
+    if not isinstance(chat, bool):
+        raise UserError(f"{where}: 'chat' must be true or false, got {json.dumps(chat)}")
+    prediction = row.get("prediction")
+    if prediction is not None and (not isinstance(prediction, str) or not prediction.strip()):
+        raise UserError(f"{where}: 'prediction' must be a non-empty string (what the answer will mostly be)")
+    return BenchPrompt(row["id"], row["category"], row["prompt"], max_tokens, constraint, chat, prediction)
 
 
 # the shipped suites, by name (--suite NAME): the default one, and jobs whose text repeats across requests (one
 # template over many items, tool calls, code with shared boilerplate, a conversation), for `bench --job`
-SHIPPED_SUITES = ("default", "template-emails", "tool-calls", "code-boilerplate", "multi-turn", "extract-json")
+SHIPPED_SUITES = ("default", "template-emails", "tool-calls", "code-boilerplate", "multi-turn", "extract-json",
+                  "edits")
 
 
 def load_suite(path: Path | None) -> Suite:

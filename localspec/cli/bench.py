@@ -97,7 +97,7 @@ def bench(
     from localspec.bench import output
     from localspec.bench import report as rep
     from localspec.bench.anchors import NAMES as anchor_names
-    from localspec.bench.runner import Bench, halves, parse_drafters, schedule, schedule_job, split_variant
+    from localspec.bench.runner import Bench, halves, parse_drafters, split_variant, with_predictions
     from localspec.bench.suite import load_suite
     from localspec.engine import library_version
     from localspec.runtime import Runtime
@@ -159,10 +159,10 @@ def bench(
                 anchor_set = Anchors(rt.model.path, n_ctx=rt.n_ctx, n_threads=runtime.threads(),
                                      n_gpu_layers=runtime.n_gpu_layers)
             try:
+                names = with_predictions(names, the_suite)
                 runner = Bench(rt, the_suite, names, repeat, anchor_set, branches=options.speculation.branches,
                                job=job)
-                jobs = (schedule_job if job else schedule)(len(the_suite.prompts), names, repeat)
-                outcome = _run_with_progress(runner, jobs, err)
+                outcome = _run_with_progress(runner, runner.jobs(), err)
                 runner.check(outcome.records)
             finally:
                 if anchor_set is not None:

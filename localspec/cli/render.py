@@ -31,7 +31,17 @@ def stats_lines(stats: Stats, drafter: str, *, device: str = "") -> list[str]:
             cells = " ".join(f"{a / d:.0%}" if d else "-" for a, d in shown)
             more = " …" if len(stats.accepted_by_position) > len(shown) else ""
             lines.append(f"acceptance by draft position: {cells}{more}")
+    if stats.accepted_prediction_tokens or stats.rejected_prediction_tokens:
+        lines.append(prediction_line(stats))
     return lines
+
+
+def prediction_line(stats: Stats) -> str:
+    """A prediction's share: what was drafted from it (verified like any draft), and OpenAI's count of its tokens
+    found in the answer."""
+    return (f"prediction: drafted {stats.prediction_drafted}, accepted {stats.prediction_accepted}"
+            f" · of its {stats.accepted_prediction_tokens + stats.rejected_prediction_tokens} tokens the answer holds "
+            f"{stats.accepted_prediction_tokens}")
 
 
 def grammar_line(stats: Stats) -> str:

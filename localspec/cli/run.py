@@ -21,7 +21,7 @@ from localspec.cli.structured import constraint_from_options
 from localspec.errors import UserError
 from localspec.events import Finished, Notice, Stats, Step, Token
 from localspec.schema.spec import follow_prompt
-from localspec.settings import Settings
+from localspec.settings import PREDICTION_MAX_CHARS, PREDICTION_MAX_TOKENS, Settings
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -40,6 +40,25 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
         text = decode_argument(prompt, "the prompt")
     if not text.strip():
         raise UserError("the prompt is empty: pass some text, '-' to read it from stdin, or --file PATH")
+    return text
+
+
+def read_prediction(path: str | None, *, stdin_taken: bool) -> str | None:
+    """``--prediction``'s text: a file, or - for stdin where the prompt and the schema are not read from it."""
+    if path is None:
+        return None
+    if path == "-":
+        if stdin_taken:
+            raise UserError("stdin is read for the prompt or the schema already: give --prediction a file")
+        text = decode_text(sys.stdin.buffer.read(), "stdin")
+    else:
+        try:
+            text = decode_text(Path(path).read_bytes(), f"--prediction {path}")
+        except OSError as exc:
+            raise UserError(f"cannot read --prediction {path}: {exc.strerror}") from None
+    if len(text) > PREDICTION_MAX_CHARS:
+        raise UserError(f"--prediction {path} has {len(text)} characters, more than a prediction of at most "
+                        f"{PREDICTION_MAX_TOKENS} tokens can: give the part of the file the answer will copy")
     return text
 
 
@@ -76,6 +95,12 @@ def run(
     regex: Annotated[str | None, typer.Option(
         "--regex", metavar="PATTERN", help="Hold the answer to a regular expression.",
         rich_help_panel="Structured output")] = None,
+    prediction: Annotated[str | None, typer.Option(
+        "--prediction", metavar="FILE|-",
+        help="What the answer will mostly be (a file, or - for stdin), e.g. the file you ask to change: drafted "
+             "from where the answer follows it, found again after each edit (OpenAI's Predicted Outputs). "
+             "Lossless: the text is the target's with or without it.",
+        rich_help_panel="Speculation")] = None,
     *,
     options: Settings,
 ) -> None:
@@ -90,11 +115,15 @@ def run(
       localspec run "Write a haiku" --chat --temperature 0.8 --seed 1 --json
 
       localspec run "$(cat invoice.txt)" --chat --json-schema invoice.schema.json
+
+      localspec run "Rename total to subtotal: $(cat cart.py)" --chat --prediction cart.py
     """
     from localspec.runtime import Runtime
 
     with user_errors():
-        spec = constraint_from_options(json_schema, grammar, regex, stdin_taken=prompt == "-" and not prompt_file)
+        prompt_stdin = prompt == "-" and not prompt_file
+        spec = constraint_from_options(json_schema, grammar, regex, stdin_taken=prompt_stdin)
+        predicted = read_prediction(prediction, stdin_taken=prompt_stdin or json_schema == "-")
         text = read_prompt(prompt, prompt_file)
         if system is not None:  # a system message only exists inside a chat template
             system = decode_argument(system, "--system")
@@ -110,6 +139,9 @@ def run(
             if chat and rt.chat_template.source != "model":
                 print(f"localspec: chat template: {rt.chat_template.source}", file=sys.stderr)
             tokens_in = rt.prompt_tokens(text, chat=chat, system=system)
+            if predicted:
+                options = replace(options, generation=replace(options.generation,
+                                                              prediction=rt.prediction_tokens(predicted)))
             finished = _generate(rt, tokens_in, options, as_json, cancelled)
     if finished.reason == "interrupted":
         raise typer.Exit(130)

@@ -36,7 +36,8 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
 # fields that mean the same on both APIs, passed on as they are (speculation and seed: localspec's own, as on chat)
-SAME_FIELDS = ("model", "temperature", "top_p", "top_k", "stream", "seed", "speculation")
+# the same in both APIs; ``speculation`` and ``prediction`` (OpenAI's Predicted Outputs) are extensions here
+SAME_FIELDS = ("model", "temperature", "top_p", "top_k", "stream", "seed", "speculation", "prediction")
 # an OpenAI field the reader may blame → the Anthropic field it came from
 PARAMS = {"parallel_tool_calls": "tool_choice.disable_parallel_tool_use", "response_format": "output_config.format"}
 # a block's own text joins its neighbours' with a blank line: blocks are separate parts (a system prompt's sections,

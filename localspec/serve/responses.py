@@ -111,7 +111,9 @@ def failure(piece: FailedPiece) -> ApiError:
 def usage(stats: Stats, reused: int) -> dict[str, Any]:
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
             "total_tokens": stats.prompt_tokens + stats.generated_tokens,
-            "prompt_tokens_details": {"cached_tokens": reused}}
+            "prompt_tokens_details": {"cached_tokens": reused},
+            # a prediction's tokens the answer holds and the rest (0 without one); its drafts are in ``timings``
+            "completion_tokens_details": {"reasoning_tokens": 0, **stats.prediction_usage()}}
 
 
 def timings(stats: Stats, reused: int, drafters: Counter[str]) -> dict[str, Any]:
@@ -134,6 +136,9 @@ def timings(stats: Stats, reused: int, drafters: Counter[str]) -> dict[str, Any]
         # of those, the tokens a grammar forced (structured output), and the grammar's host time
         "draft_n_forced": stats.forced_drafted,
         "draft_n_forced_accepted": stats.forced_accepted,
+        # of those, drafted from the request's prediction (OpenAI's Predicted Outputs)
+        "draft_n_prediction": stats.prediction_drafted,
+        "draft_n_prediction_accepted": stats.prediction_accepted,
         "grammar_ms": round(stats.grammar_seconds * 1000, 3),
         "drafter": drafters.most_common(1)[0][0] if drafters else "none",
         "target_passes": stats.target_passes,

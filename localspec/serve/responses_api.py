@@ -28,7 +28,8 @@ from localspec.serve.responses import timings
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")  # "text": a chat completions part, taken as the same
 # localspec's own fields beside OpenAI's (as on /v1/chat/completions), passed to the reader as they are
-EXTENSIONS = ("speculation", "seed", "top_k", "min_p", "stop")
+# chat completions' fields that the Responses API lacks, taken as they are there (``prediction``: Predicted Outputs)
+EXTENSIONS = ("speculation", "seed", "top_k", "min_p", "stop", "prediction")
 # fields of a stored or server-side state this server does not keep: refused whenever given
 STATEFUL = {
     "previous_response_id": "this server keeps no responses: send the whole conversation in input (the earlier "
@@ -370,7 +371,7 @@ def _usage(ended: Ended) -> dict[str, Any]:
     return {"input_tokens": stats.prompt_tokens, "output_tokens": stats.generated_tokens,
             "total_tokens": stats.prompt_tokens + stats.generated_tokens,
             "input_tokens_details": {"cached_tokens": ended.reused, "cache_write_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0}}
+            "output_tokens_details": {"reasoning_tokens": 0, **stats.prediction_usage()}}
 
 
 def _ending(reason: str) -> tuple[str, dict[str, Any] | None]:

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from localspec.drafters.base import Draft, Drafter, Verdict
+from localspec.drafters.prediction import PredictionDrafter
 from localspec.errors import ContextFullError, RollbackUnsupported, UserError
 from localspec.events import Drafted, Event, Finished, Notice, Prefill, Stats, Step, Token
 from localspec.passes import Outputs, reads_ids
@@ -26,7 +27,7 @@ from localspec.speculative.tree import TokenTree
 from localspec.speculative.verify import verify_greedy, verify_sampled
 from localspec.structured.constraint import Constraint, closing_room
 from localspec.structured.grammars import Grammars
-from localspec.tokens import common_prefix
+from localspec.tokens import common_prefix, in_order
 
 # the draft rows of every pass of a constrained generation on a device with pass shapes (8 rows: the most that
 # llama.cpp's small-batch CUDA kernels take)
@@ -118,6 +119,8 @@ class Generator:
         self.grammars: Grammars | None = None
         self.constraint: Constraint | None = None
         self.compiled: object | None = None  # the job's matcher as its admission compiled it (Grammars.compile)
+        # the running generation's prediction, first in the cascade (None: it has none, or nothing drafts)
+        self.prediction: PredictionDrafter | None = None
 
     def step(self, history: list[int], room: int) -> StepResult:
         """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed.
@@ -229,8 +232,11 @@ class Generator:
         finally:
             self.policy.follow(())
 
+    def _cascade(self) -> Sequence[Drafter]:
+        return self.drafters if self.prediction is None else (self.prediction, *self.drafters)
+
     def _lookup(self, history: list[int], room: int, width: int | None = None) -> Draft:
-        for drafter in self.drafters:
+        for drafter in self._cascade():
             cap = self.policy.cap(drafter, room)
             if cap:
                 wide = self.policy.width(drafter) if width is None else width
@@ -252,6 +258,7 @@ class Generator:
             self.target.truncate(0)
             self.target.feed([*history, *accepted])
             self.drafters = []
+            self.prediction = None
             self.notices.append("this model cannot roll back its cache: speculation is off, decoding plainly")
 
     def generate(
@@ -285,7 +292,10 @@ class Generator:
         """Start ``run`` (its prompt cached up to the last token): fresh random streams, drafters and watch list."""
         self.draws = PositionalDraws(self.sampling.seed)  # per generation: unseeded runs differ
         self.constraint = self._constrain(run)
-        for drafter in self.drafters:
+        # a prediction is drafted from where anything is (--drafter none drafts nothing, a prediction included)
+        prediction = run.settings.prediction
+        self.prediction = PredictionDrafter(prediction) if prediction and self.drafters else None
+        for drafter in self._cascade():
             drafter.begin(run.history)
         self.policy.restart()
         run.started = self.clock()
@@ -306,7 +316,7 @@ class Generator:
         event, ended = self._emit(result, run.text, run.settings.max_tokens - run.stats.generated_tokens)
         run.history.extend(t.id for t in event.emitted)
         verified = max(1, len(result.draft.candidates))
-        for drafter in self.drafters:
+        for drafter in self._cascade():
             # a grammar's forced tokens led the draft: the drafter's own proposal began after them
             drafter.accept(run.history, max(0, len(event.accepted) - result.draft.forced), verified)
         run.stats.add_step(event)
@@ -337,8 +347,14 @@ class Generator:
         """Close ``run``: the cache keeps the invariant for the next call (it holds history[:-1])."""
         self.target.truncate(len(run.history) - 1)
         reason = run.reason or "length"
-        run.stats.stop_reason = reason
-        run.stats.decode_seconds = self.clock() - run.started
+        stats = run.stats
+        stats.stop_reason = reason
+        stats.decode_seconds = self.clock() - run.started
+        prediction = run.settings.prediction
+        if prediction:  # OpenAI's usage: what of the prediction the answer holds, however it was drafted
+            stats.accepted_prediction_tokens = in_order(prediction, run.history[stats.prompt_tokens :])
+            stats.rejected_prediction_tokens = len(prediction) - stats.accepted_prediction_tokens
+        self.prediction = None
         if self.on_end is not None and run.stats.generated_tokens:
             self.on_end(run.history)
         return Finished(reason, run.stats, "" if reason == "stop" else run.text.flush())

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from localspec.drafters.base import Draft, Drafter
-from localspec.events import CACHE_KIND
+from localspec.events import CACHE_KIND, PREDICTION_KIND
 from localspec.speculative.costs import PassCosts
 from localspec.speculative.pass_sizes import PassSizes
 from localspec.speculative.shapes import STEADY, Depths, Shapes, Warmup
@@ -86,6 +86,8 @@ class DraftPolicy(PassSizes):
         # (a code prompt's "ngram/4+" is not a chat prompt's: shared, a mixed batch made ~10% fewer tokens a second)
         self.shared = shared if shared is not None else {}
         self.learned: dict[str, Survival] = {}
+        # what a request's prediction is worth (drafters/prediction.py): its own, forgotten when its generation ends
+        self.predicted: dict[str, Survival] = {}
         self._fresh()
 
     def reset(self) -> None:
@@ -107,6 +109,7 @@ class DraftPolicy(PassSizes):
         """A new generation: proposals still waiting for their outcome belong to the old text, and its prefill
         changed the pass shape (a GPU's graph warms up again)."""
         self.warmup = Warmup()
+        self.predicted = {}
         self._watched: list[Watched] = []
         self._trimmed: Draft | None = None  # the last draft `trim` cut from a watched proposal
         self._room = self.k_max  # what the generation has left, as the last ``cap`` was told
@@ -223,7 +226,8 @@ class DraftPolicy(PassSizes):
         return best
 
     def _survival_of(self, kind: str) -> Survival:
-        record = self.shared if kind.startswith(CACHE_KIND) else self.learned
+        record = self.shared if kind.startswith(CACHE_KIND) \
+            else self.predicted if kind.startswith(PREDICTION_KIND) else self.learned
         survival = record.get(kind)
         if survival is None:
             survival = record[kind] = Survival()
