@@ -538,3 +538,24 @@ def test_the_first_start_says_it_measures_this_machine(model_path: Path, tmp_pat
         assert any(n.startswith("Measuring this machine's pass costs, once: ~") for n in notices), notices
 
     drive(app, body)
+
+
+def test_slash_predict_drafts_the_next_answer_from_the_last_one(model_path: Path) -> None:
+    app = ChatApp(options(model_path))
+
+    async def body(pilot: Pilot[ChatApp]) -> None:
+        await until(pilot, lambda: app.ready)
+        await pilot.press(*"/predict", "enter")  # nothing to predict from yet: said, nothing set
+        assert app.predict_next is None
+        first = await ask(pilot, REPEAT_PROMPT)
+        last = app.conversation.turns[-1].text
+        await pilot.press(*"/predict", "enter")
+        await until(pilot, lambda: app.predict_next == last, timeout=10)
+        finished = await ask(pilot, "Write it once more.")
+        stats = finished.stats
+        # the prediction was the last answer: OpenAI's count of it, and drafts taken from it
+        assert stats.accepted_prediction_tokens + stats.rejected_prediction_tokens >= first.stats.generated_tokens - 1
+        assert stats.prediction_drafted > 0
+        assert app.predict_next is None  # one answer only
+
+    drive(app, body)

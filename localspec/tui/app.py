@@ -99,6 +99,7 @@ class ChatApp(ChatCommands, App[None]):
         self.busy = False  # an answer is being generated
         self.show_ghosts = True
         self.drafter_choice = options.speculation.drafter  # what the next answer uses
+        self.predict_next: str | None = None  # what the next answer drafts from (/predict: the last answer)
         self.last_finished: Finished | None = None
         self.last_speedup: float | None = None
         self.last_saved: Path | None = None
@@ -272,12 +273,13 @@ class ChatApp(ChatCommands, App[None]):
         self.busy = True
         self._ticker.resume()
         self.refresh_bindings()
-        self._generate(tokens, self.drafter_choice)
+        prediction, self.predict_next = self.predict_next, None
+        self._generate(tokens, self.drafter_choice, prediction)
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
-    def _generate(self, tokens: list[int], drafter: str) -> None:
+    def _generate(self, tokens: list[int], drafter: str, prediction: str | None = None) -> None:
         worker = get_current_worker()
-        self.engine.generate(tokens, drafter, lambda: worker.is_cancelled, self.session.id or 0)
+        self.engine.generate(tokens, drafter, lambda: worker.is_cancelled, self.session.id or 0, prediction)
 
     def on_drafter_switched(self, message: DrafterSwitched) -> None:
         if message.error:

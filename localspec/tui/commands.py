@@ -62,6 +62,7 @@ class ChatHost(Protocol):
     @property
     def prompt_input(self) -> PromptInput: ...
 
+    predict_next: str | None
     def _ask(self) -> None: ...
     def _unqueue(self) -> None: ...
     def _count_tokens(self, messages: list[Message]) -> int: ...
@@ -125,6 +126,16 @@ class ChatCommands:
         self.prompt_input.put_back(turn.text)  # anything typed meanwhile stays, after it
         self.prompt_input.focus()
         self.notify("Edit your message, then Enter sends it again.", timeout=3)
+
+    def action_predict(self: ChatHost) -> None:
+        """The next answer is drafted from the last one (OpenAI's Predicted Outputs): "change X in what you just
+        wrote" then costs a pass for every few tokens it keeps. Each token is still the model's own choice."""
+        turn = self.conversation.last("assistant")
+        if turn is None or not turn.text:
+            self.notify("No answer to predict from yet.", timeout=2)
+            return
+        self.predict_next = turn.text
+        self.notify("The next answer drafts from the last one: ask for the change you want.", timeout=4)
 
     def action_copy_answer(self: ChatHost) -> None:
         turn = self.conversation.last("assistant")

@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from localspec.errors import ContextFullError, UserError
@@ -142,10 +143,13 @@ class Engine:
         self.steps.clear()
         self.stop_requested.clear()
 
-    def generate(self, tokens: list[int], drafter: str, cancelled: Callable[[], bool], conversation: int = 0) -> None:
+    def generate(self, tokens: list[int], drafter: str, cancelled: Callable[[], bool], conversation: int = 0,
+                 prediction: str | None = None) -> None:
         """Answer ``tokens`` with ``drafter`` (switched first if needed); blocks until the answer ends. What it
-        feeds the history is ``conversation``'s (its id in the store; 0: not saved), to forget when it is deleted."""
-        self.call(self._generate, tokens, drafter, lambda: self.stop_requested.is_set() or cancelled(), conversation)
+        feeds the history is ``conversation``'s (its id in the store; 0: not saved), to forget when it is deleted.
+        ``prediction``: what the answer will mostly be (/predict: the last answer), drafted from."""
+        self.call(self._generate, tokens, drafter, lambda: self.stop_requested.is_set() or cancelled(), conversation,
+                  prediction)
 
     def forget(self, conversation: int) -> None:
         """A deleted conversation's turns leave the history too: the runtime's (which would save them back) and
@@ -165,7 +169,8 @@ class Engine:
                 self._post(RuntimeLoading(f"the history could not forget conversation {conversation}: "
                                           f"{exc.strerror or type(exc).__name__}"))
 
-    def _generate(self, tokens: list[int], drafter: str, cancelled: Callable[[], bool], conversation: int = 0) -> None:
+    def _generate(self, tokens: list[int], drafter: str, cancelled: Callable[[], bool], conversation: int = 0,
+                  prediction: str | None = None) -> None:
         with self._lock:
             rt = self.rt
             if rt is None:
@@ -183,7 +188,10 @@ class Engine:
                 except Exception as exc:
                     self._post(DrafterSwitched(rt.drafter_name, f"{type(exc).__name__}: {exc}"))
             try:
-                for event in rt.generate(tokens, self.options.generation, cancelled=cancelled):
+                generation = self.options.generation
+                if prediction:
+                    generation = replace(generation, prediction=rt.prediction_tokens(prediction))
+                for event in rt.generate(tokens, generation, cancelled=cancelled):
                     if isinstance(event, Step):
                         event.decode_rejected()  # shown as ghosts: decoded here, where the model runs, not on the UI
                         self.steps.append((event, time.perf_counter()))

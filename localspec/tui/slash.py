@@ -24,6 +24,7 @@ COMMANDS = (
     SlashCommand(("help",), "help", "the keys and commands (F1)"),
     SlashCommand(("new", "clear"), "clear", "a new conversation, after a yes (Ctrl+L)"),
     SlashCommand(("save",), "save", "save the transcript as Markdown (Ctrl+S)"),
+    SlashCommand(("predict",), "predict", "the next answer drafts from the last one: ask for a change to it"),
     SlashCommand(("quit", "exit"), "quit", "quit (Ctrl+Q)"),
 )
 
