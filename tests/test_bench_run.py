@@ -148,6 +148,22 @@ def test_a_bench_under_json_schemas_reports_forced_tokens_and_valid_answers(tmp_
     assert f"| {spaced['forced_accepted']}/{spaced['forced_drafted']} | 1/1 |" in table
 
 
+def test_a_row_with_a_prediction_runs_each_drafter_with_and_without_it(tmp_path: Path) -> None:
+    prompt = "Copy this line: The meeting moved to Tuesday at 10:30 in room 4B.\nCopy:"
+    suite = _suite(tmp_path, "\n".join(json.dumps(row) for row in [
+        {"id": "edit", "category": "edit", "max_tokens": 24, "prompt": prompt, "chat": True,
+         "prediction": " The meeting moved to Tuesday at 10:30 in room 4B."},
+        {"id": "plain", "category": "plain", "max_tokens": 8, "prompt": prompt},
+    ]) + "\n")
+    result = CliRunner().invoke(app, ["bench", "--suite", str(suite), "--drafters", "none,ngram", "--repeat", "1",
+                                      "--ctx", "512", "--json"])
+    assert result.exit_code == 0, result.stderr
+    runs = {(r["prompt_id"], r["drafter"]) for r in json.loads(result.stdout)["results"]}
+    # a prediction's runs only where the row has one; target-only drafts nothing, a prediction included
+    assert runs == {("edit", "none"), ("edit", "ngram"), ("edit", "ngram+prediction"), ("plain", "none"),
+                    ("plain", "ngram")}
+
+
 def test_bench_out_survives_a_chart_that_crashes_and_exits_0(tmp_path: Path, model_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # the chart is drawn in a child process, after bench.json and bench.md are written; here matplotlib's import

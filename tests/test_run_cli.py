@@ -218,3 +218,24 @@ def test_a_prediction_file_is_drafted_from_and_counted(tmp_path: Path, model_pat
 def test_a_prediction_that_cannot_be_read_is_one_line(args: list[str], fragment: str) -> None:
     assert_one_line_error(localspec(["run", *args, "--model", "/nonexistent/never-loaded.gguf"], input="x"),
                           fragment)
+
+
+def test_a_prediction_under_a_schema_drafts_after_the_forced_tokens(tmp_path: Path, model_path: Path) -> None:
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
+        "required": ["name", "age", "city"]}))
+    args = ["run", "--chat", "Anna is 34 and lives in Paris. As JSON:", "--json-schema", str(schema), "--json",
+            "-n", "60"]
+    plain = localspec(args)
+    assert plain.code == 0, plain.stderr
+    text = json.loads(plain.stdout)["text"]
+    (tmp_path / "answer.json").write_text(text)
+    got = localspec([*args, "--prediction", str(tmp_path / "answer.json")])
+    assert got.code == 0, got.stderr
+    doc = json.loads(got.stdout)
+    # the grammar's forced tokens and the prediction's drafts share the passes; the text is the same JSON
+    assert json.loads(doc["text"]) == json.loads(text)
+    stats = doc["stats"]
+    assert stats["prediction_accepted"] > 0 and stats["forced_drafted"] > 0
+    assert stats["rejected_prediction_tokens"] == 0  # all of it is the answer

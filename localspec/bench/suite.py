@@ -109,10 +109,12 @@ def _parse_row(line: str, where: str) -> BenchPrompt:
     return BenchPrompt(row["id"], row["category"], row["prompt"], max_tokens, constraint, chat, prediction)
 
 
-# the shipped suites, by name (--suite NAME): the default one, and jobs whose text repeats across requests (one
-# template over many items, tool calls, code with shared boilerplate, a conversation), for `bench --job`
+# the shipped suites, by name (--suite NAME): the default one, jobs whose text repeats across requests (one
+# template over many items, tool calls, code with shared boilerplate, a conversation), for `bench --job`, and edits
+# with their predictions: plain prompts for a base model (the embedded one), chat ones for an instruct model
+# (tools/make_edits_suite.py made them)
 SHIPPED_SUITES = ("default", "template-emails", "tool-calls", "code-boilerplate", "multi-turn", "extract-json",
-                  "edits")
+                  "edits", "edits-chat")
 
 
 def load_suite(path: Path | None) -> Suite:
