@@ -196,7 +196,9 @@ def test_openai_chat_lines_get_openai_batch_output(tmp_path: Path, finish: str, 
     assert isinstance(body["id"], str) and isinstance(body["created"], int)
     assert body["choices"] == [{"index": 0, "finish_reason": openai_finish,
                                 "message": {"role": "assistant", "content": "One, two, three."}}]
-    assert body["usage"] == {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}
+    assert body["usage"] == {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15,
+                             "completion_tokens_details": {"reasoning_tokens": 0, "accepted_prediction_tokens": 0,
+                                                           "rejected_prediction_tokens": 0}}
 
 
 def test_openai_completion_lines_get_text_completion_bodies(tmp_path: Path) -> None:
@@ -209,7 +211,9 @@ def test_openai_completion_lines_get_text_completion_bodies(tmp_path: Path) -> N
     assert doc["custom_id"] == "c" and doc["error"] is None and doc["response"]["status_code"] == 200
     assert body["object"] == "text_completion" and body["model"] == "m"
     assert body["choices"] == [{"index": 0, "text": " 3, 4", "finish_reason": "length"}]
-    assert body["usage"] == {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}
+    assert body["usage"] == {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13,
+                             "completion_tokens_details": {"reasoning_tokens": 0, "accepted_prediction_tokens": 0,
+                                                           "rejected_prediction_tokens": 0}}
 
 
 def test_failed_openai_lines_carry_an_error_object_and_no_response(tmp_path: Path) -> None:
