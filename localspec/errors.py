@@ -24,6 +24,10 @@ class ModelLoadError(UserError):
 class ContextFullError(UserError):
     """The prompt (or the conversation) does not fit in the context window."""
 
+    @classmethod
+    def prompt(cls, tokens: int, n_ctx: int) -> ContextFullError:
+        return cls(f"the prompt is {tokens} tokens but the context holds {n_ctx}: raise --ctx or shorten the prompt")
+
 
 class RollbackUnsupported(Exception):
     """The model's memory cannot drop a suffix of positions (recurrent/hybrid models)."""

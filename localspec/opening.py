@@ -18,7 +18,8 @@ from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import ChatTemplate, Context, Device, Message, Model
 from localspec.engine.backend import gpu_offload_supported
 from localspec.engine.lanes import Lanes
-from localspec.errors import UserError
+from localspec.engine.model import check_file
+from localspec.errors import ContextFullError, UserError
 from localspec.history import History, HistoryView
 from localspec.models.files import known_sha256
 from localspec.models.files import say as to_stderr
@@ -98,6 +99,25 @@ class Prompts:
         return tool_calls(self.grammars, text, use, ids)
 
 
+@dataclass
+class Checks(Prompts):
+    """What a face checks once the model is loaded and before anything is measured, drafted with or compiled: its
+    prompts' tokens against the context (``n_ctx``: the most a sequence can hold), a prediction's bound. A bad input
+    is then its one line within a second of the load, in a fresh home as in a warm one."""
+
+    model: Model
+    chat_template: ChatTemplate
+    n_ctx: int
+    grammars: Grammars | None = None
+
+    def fits(self, tokens: Sequence[int]) -> None:
+        if len(tokens) >= self.n_ctx:
+            raise ContextFullError.prompt(len(tokens), self.n_ctx)
+
+
+Check = Callable[[Checks], None]
+
+
 def never() -> bool:
     return False
 
@@ -108,6 +128,9 @@ def open_target(
     """The target model, loaded into ``stack``: its name, file, Model, and what the user should know about it."""
     runtime = settings.runtime
     name, path = resolve(settings.model)
+    draft = settings.speculation.draft_model
+    if draft and settings.speculation.drafter in ("draft", "auto"):
+        check_file(resolve(draft)[1])  # a missing or non-GGUF draft is said before the target loads
     notices: list[str] = []
     if runtime.n_gpu_layers and not runtime.rpc and not gpu_offload_supported():  # llama.cpp would use the CPU
         notices.append(NO_GPU_DEVICE if has_gpu_backend() else NO_GPU_OFFLOAD)

@@ -19,6 +19,8 @@ from localspec.events import Event
 from localspec.history import LOCAL_SCOPE, History, HistoryView
 from localspec.models.files import known_sha256
 from localspec.opening import (
+    Check,
+    Checks,
     Prompts,
     drafts_from,
     lookup_drafters,
@@ -82,11 +84,12 @@ class Runtime(Prompts):
     @classmethod
     def open(
         cls, settings: Settings, *, cancelled: Callable[[], bool] | None = None,
-        say: Callable[[str], None] | None = None, history_default: str = "disk",
+        say: Callable[[str], None] | None = None, history_default: str = "disk", check: Check | None = None,
     ) -> Runtime:
         """``cancelled``: polled while models load and measure (a Ctrl-C flag); when it turns true,
         KeyboardInterrupt. ``say``: what the first start measures, and for how long (stderr when not given).
-        ``history_default``: where earlier requests are kept unless the settings say (disk, memory, off)."""
+        ``history_default``: where earlier requests are kept unless the settings say (disk, memory, off).
+        ``check``: the face's checks that need the model (its prompt's tokens), run before anything is measured."""
         runtime, speculation, sampling = settings.runtime, settings.speculation, settings.sampling
         with opening(settings, cancelled, say) as o:
             target, notices = o.model, o.notices
@@ -97,6 +100,9 @@ class Runtime(Prompts):
             ctx = o.stack.enter_context(Context(target, n_ctx=runtime.n_ctx, n_threads=runtime.threads(),
                                                 n_batch=runtime.n_batch, greedy_rows=greedy_rows,
                                                 n_seq=speculation.branches))
+            template = ChatTemplate.for_model(target)
+            if check is not None:
+                check(Checks(target, template, ctx.n_ctx))
             # token ids from the backend sampler, or logits: whichever this device reads a pass back faster
             reads = o.reads(ctx, greedy_rows)
             o.context_size(ctx.n_ctx)
@@ -117,8 +123,8 @@ class Runtime(Prompts):
             grammars = generator.grammars = Grammars(target.vocab, say, target.path)
             if view is not None:
                 generator.on_end = view.feed
-            rt = cls(o.name, target, ctx, generator, drafter_name, ChatTemplate.for_model(target),
-                     settings, o.device, notices, o.stack, say=say, history=history)
+            rt = cls(o.name, target, ctx, generator, drafter_name, template, settings, o.device, notices, o.stack,
+                     say=say, history=history)
             rt._drafters[drafter_name] = drafters
             rt.reads = reads
             rt.grammars = grammars
@@ -276,17 +282,23 @@ class BatchRuntime(Prompts):
     def open(
         cls, settings: Settings, parallel: int | None = None, *, jobs: int | None = None,
         cancelled: Callable[[], bool] | None = None, say: Callable[[str], None] | None = None,
-        history_default: str = "disk", seeded: bool = False,
+        history_default: str = "disk", seeded: bool = False, check: Check | None = None,
     ) -> BatchRuntime:
         """``parallel`` None: as many lanes as pay on this device's pass costs (at most PARALLEL_AUTO_MAX, and no
         more than ``jobs``). ``history_default``: as Runtime.open's (serve passes "memory"). ``seeded``: every
         request will carry a seed of its own (``seeded_job``), so the job keeps a seeded job's promise as if it
-        had one (docs/speculation.md, "What a seed promises")."""
+        had one (docs/speculation.md, "What a seed promises"). ``check``: as Runtime.open's, before anything is
+        measured; its ``n_ctx`` is the most a sequence may hold here (the lanes' own is known once they are made,
+        after the pass costs that decide how many there are)."""
         runtime, speculation = settings.runtime, settings.speculation
         # a job seeded as a whole (--seed, or a seed on every line): its lanes too, see below
         reproducible = settings.sampling.reproducible or seeded
         with opening(settings, cancelled, say) as o:
             target, notices = o.model, o.notices
+            template = ChatTemplate.for_model(target)
+            if check is not None:
+                trained = target.n_ctx_train
+                check(Checks(target, template, min(runtime.n_ctx, trained) if trained > 0 else runtime.n_ctx))
             n_max = speculation.k_max + 1
             # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
@@ -316,7 +328,7 @@ class BatchRuntime(Prompts):
                     notices.append(f"the draft model's sequences hold {drafts.lanes.n_ctx} tokens, the target's "
                                    f"{lanes.n_ctx}: past that, a sequence drafts without it")
             history = o.history(history_default)
-            return cls(o.name, target, lanes, costs, ChatTemplate.for_model(target), settings, parallel, o.device,
+            return cls(o.name, target, lanes, costs, template, settings, parallel, o.device,
                        notices, calibration, shapes, o.stack, history, say=say, measured_costs=measured, drafts=drafts)
 
     def make_generator(self, lane: Target, job: Job) -> Generator:

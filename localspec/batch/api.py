@@ -77,7 +77,8 @@ def generate_many(
     ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`` or ``{"type": "json_object"}``,
     ``{"type": "grammar", "grammar": GBNF or Lark}``, ``{"type": "regex", "regex": ...}``, or a pydantic model
     class; lossless against --drafter none under it (docs/structured.md)."""
-    from localspec.batch.run import run_requests
+    from localspec.batch.run import NothingToRun, run_requests, screen
+    from localspec.opening import Checks
 
     if isinstance(prompts, (str, bytes, Mapping, Request)):
         raise UserError(f"generate_many takes a list of prompts, not one {type(prompts).__name__}: put it in a "
@@ -129,10 +130,29 @@ def generate_many(
         yield from release(result)
     if not requests:
         return
-    with BatchRuntime.open(settings, parallel, jobs=len(requests),
-                           seeded=seeded_job(requests, settings.sampling)) as rt:
-        for result in run_requests(rt, requests, chat=chat, cancelled=cancelled):
-            result.index = positions[result.index]  # its place among all the prompts, the failed ones included
+    screened: list[Result] = []
+
+    def check(checks: Checks) -> None:
+        """Each prompt's tokens against the context before anything is measured; none left: nothing is."""
+        nonlocal requests, positions
+        kept, bad = screen(checks, settings, requests, chat)
+        for result in bad:
+            result.index = positions[result.index]
+        screened.extend(bad)
+        requests, positions = [requests[i] for i in kept], [positions[i] for i in kept]
+        if not requests:
+            raise NothingToRun
+
+    try:
+        with BatchRuntime.open(settings, parallel, jobs=len(requests), seeded=seeded_job(requests, settings.sampling),
+                               check=check) as rt:
+            for result in screened:
+                yield from release(result)
+            for result in run_requests(rt, requests, chat=chat, cancelled=cancelled):
+                result.index = positions[result.index]  # its place among all the prompts, the failed ones included
+                yield from release(result)
+    except NothingToRun:
+        for result in screened:
             yield from release(result)
 
 

@@ -4,7 +4,7 @@ job's events become one Result. What `localspec batch` and ``generate_many`` sha
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from localspec.batch.result import Result
@@ -13,10 +13,11 @@ from localspec.events import Event, Finished, Step
 from localspec.faults import ARMED, mark
 from localspec.finish_reasons import calls_reason, result_reason
 from localspec.openai_body import BodyError
+from localspec.opening import Checks, Prompts
 from localspec.request import Request
 from localspec.runtime import BatchRuntime
 from localspec.schema.spec import follow_prompt
-from localspec.settings import GenerationSettings
+from localspec.settings import GenerationSettings, SamplingSettings, Settings
 from localspec.speculative.jobs import Failed, Job, PassStats
 from localspec.speculative.scheduler import Scheduler
 
@@ -76,8 +77,26 @@ def run_requests(
 
 
 def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
-    """The request's tokens and settings (its own where it has them, else the job's)."""
-    settings = rt.settings
+    """The request's tokens and settings (its own where it has them, else the job's), and its grammar's matcher."""
+    tokens, generation, sampling = prepare(rt, rt.settings, request, chat)
+    # the grammar's matcher now, with the model's tokenizer: a grammar that cannot be used fails this request here,
+    # never a pass that other requests share (structured/grammars.py)
+    constraint = generation.constraint
+    matcher = rt.grammars.compile(constraint) if constraint is not None and rt.grammars is not None else None
+    speculation = None  # a request's drafter and k were checked where it was read (openai_body)
+    if request.drafter is not None or request.k is not None:
+        speculation = replace(rt.settings.speculation, **{name: value for name in ("drafter", "k")
+                                                          if (value := getattr(request, name)) is not None})
+    if ARMED:  # tests only
+        mark(tokens, request.prompt or "".join(m.content or "" for m in request.messages or ()))
+    return Job(tokens, generation, sampling, key=_Pending(index, request), speculation=speculation, matcher=matcher)
+
+
+def prepare(
+    prompts: Prompts, settings: Settings, request: Request, chat: bool,
+) -> tuple[list[int], GenerationSettings, SamplingSettings]:
+    """Everything about a request that can be checked without compiling its grammar: its settings over the job's,
+    its prompt's tokens and its prediction's. UserError (a BodyError naming the field where there is one)."""
     sampling = replace(settings.sampling, **{name: value for name in ("temperature", "top_p", "top_k", "min_p", "seed")
                                              if (value := getattr(request, name)) is not None})
     generation = GenerationSettings(
@@ -95,24 +114,37 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     generation.validate()
     # a template that refuses the messages raises TemplateError, a UserError (engine/template.py): this request's
     if request.tools is not None:  # the tools shown to the model (its template's way, or a system message)
-        tokens, tool_constraint = rt.tool_prompt(list(request.messages or ()), request.tools)
+        tokens, tool_constraint = prompts.tool_prompt(list(request.messages or ()), request.tools)
         generation = replace(generation, constraint=tool_constraint)
     elif request.messages is not None:
-        tokens = rt.chat_tokens(list(request.messages))
+        tokens = prompts.chat_tokens(list(request.messages))
     else:
-        tokens = rt.prompt_tokens(request.prompt or "", chat=chat)
-    try:  # before the grammar: a prediction too long costs a tokenization, a grammar a compile
-        generation = replace(generation, prediction=rt.prediction_tokens(request.prediction))
+        tokens = prompts.prompt_tokens(request.prompt or "", chat=chat)
+    try:  # a prediction too long costs a tokenization, a grammar a compile
+        generation = replace(generation, prediction=prompts.prediction_tokens(request.prediction))
     except UserError as e:
         raise BodyError("prediction.content", str(e)) from None
-    # the grammar's matcher now, with the model's tokenizer: a grammar that cannot be used fails this request here,
-    # never a pass that other requests share (structured/grammars.py)
-    constraint = generation.constraint
-    matcher = rt.grammars.compile(constraint) if constraint is not None and rt.grammars is not None else None
-    speculation = None  # a request's drafter and k were checked where it was read (openai_body)
-    if request.drafter is not None or request.k is not None:
-        speculation = replace(settings.speculation, **{name: value for name in ("drafter", "k")
-                                                       if (value := getattr(request, name)) is not None})
-    if ARMED:  # tests only
-        mark(tokens, request.prompt or "".join(m.content or "" for m in request.messages or ()))
-    return Job(tokens, generation, sampling, key=_Pending(index, request), speculation=speculation, matcher=matcher)
+    return tokens, generation, sampling
+
+
+class NothingToRun(Exception):
+    """Every request of a job failed its checks (``screen``): nothing is measured or run."""
+
+
+def screen(
+    checks: Checks, settings: Settings, requests: Sequence[Request], chat: bool,
+) -> tuple[list[int], list[Result]]:
+    """Which requests can run (their places in ``requests``), and an error Result for each that cannot (its
+    ``index``: its place), found with the model's tokens before anything is measured (``BatchRuntime.open``'s
+    check). The prompt is held to ``checks.n_ctx``, the most a sequence of the job may hold."""
+    kept: list[int] = []
+    failed: list[Result] = []
+    for i, request in enumerate(requests):
+        try:
+            tokens, _, _ = prepare(checks, settings, request, chat)
+            checks.fits(tokens)
+        except UserError as e:
+            failed.append(Result(request.id, finish_reason="error", error=str(e), index=i))
+        else:
+            kept.append(i)
+    return kept, failed

@@ -14,10 +14,14 @@ import json
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from localspec.errors import UserError
 from localspec.schema import ConstraintSpec
 from localspec.schema.json_style import separators_of
+
+if TYPE_CHECKING:
+    from localspec.opening import Checks
 
 DEFAULT_SUITE = "default"
 DEFAULT_MAX_TOKENS = 128  # for rows that do not say: long enough for speculation to settle, short enough to repeat
@@ -45,6 +49,16 @@ class Suite:
     def categories(self) -> list[str]:
         """Categories in order of first appearance (the report's row order)."""
         return list(dict.fromkeys(p.category for p in self.prompts))
+
+    def check(self, model: Checks) -> None:
+        """Every row's prompt fits the context and its prediction its bound, checked with the model's tokens before
+        anything is measured; UserError naming the row."""
+        for p in self.prompts:
+            try:
+                model.fits(model.prompt_tokens(p.prompt, chat=p.chat))
+                model.prediction_tokens(p.prediction)
+            except UserError as e:
+                raise UserError(f"{self.name}: row {p.id!r}: {e}") from None
 
     def with_max_tokens(self, max_tokens: int | None) -> Suite:
         """The same suite with every row's token budget replaced (``--max-tokens``); None keeps the rows'."""

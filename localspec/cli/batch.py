@@ -109,37 +109,59 @@ def batch(
                 _write_summary(summary, {**job, "ok": job["already_done"], "failed": 0, "ran": 0,
                                          **_Totals().measures(), "device": None, "parallel": 0})
             return
+        ran = len(todo) + len(bad)
         with ExitStack() as stack:
             cancelled = stack.enter_context(ctrl_c_as_request())
+            from localspec.batch.run import NothingToRun, screen
+            from localspec.opening import Checks, resolve
             from localspec.runtime import BatchRuntime, seeded_job
 
-            rt = stack.enter_context(BatchRuntime.open(options, lanes, jobs=max(1, len(todo)), cancelled=cancelled,
-                                                       seeded=seeded_job(todo, options.sampling)))
-            for notice in rt.notices:
+            screened: list[tuple[Result, Request]] = []
+
+            def check(checks: Checks) -> None:
+                """Each line's tokens against the context before anything is measured; none left: nothing is."""
+                nonlocal todo
+                kept, failing = screen(checks, options, todo, chat)
+                screened.extend((result, todo[result.index]) for result in failing)
+                todo = [todo[i] for i in kept]
+                if not todo:
+                    raise NothingToRun
+
+            try:
+                rt: BatchRuntime | None = stack.enter_context(BatchRuntime.open(
+                    options, lanes, jobs=max(1, len(todo)), cancelled=cancelled,
+                    seeded=seeded_job(todo, options.sampling), check=check))
+            except NothingToRun:
+                rt = None
+            for notice in rt.notices if rt is not None else ():
                 _say(notice, quiet)
-            if done:
+            if done and rt is not None:
                 _learn_done(rt, requests, output, chat)
-            writer = stack.enter_context(ResultWriter(output, rt.model_name))
+            writer = stack.enter_context(ResultWriter(output, rt.model_name if rt is not None
+                                                      else resolve(options.model)[0]))
             for line_error in bad:
                 writer.write_error(line_error)
-            totals, results = _run(rt, todo, writer, chat, cancelled, quiet)
-            failed = totals.failed + len(bad)
+            for result, request in screened:
+                writer.write(result, request)
+            totals, results = _run(rt, todo, writer, chat, cancelled, quiet) if rt is not None else (_Totals(), [])
+            failed = totals.failed + len(bad) + len(screened)
             if summary is not None:  # while the model is open: a replay tokenizes the prompts again
                 # the counts are the whole job's (a resumed run included what earlier runs did); the measures,
                 # this run's
-                doc = {**job, "ok": job["already_done"] + totals.ok, "failed": failed, "ran": len(todo) + len(bad),
-                       **totals.measures(), "device": rt.device.description, "parallel": rt.parallel}
-                if table is not None:
+                doc = {**job, "ok": job["already_done"] + totals.ok, "failed": failed, "ran": ran,
+                       **totals.measures(), "device": rt.device.description if rt is not None else None,
+                       "parallel": rt.parallel if rt is not None else 0}
+                if table is not None and rt is not None:
                     doc["replayed"] = _replay(rt, todo, results, table, chat)
                 _write_summary(summary, doc)
         if totals.interrupted:
             again = ("run the same command again to resume" if not stream else
                      f"{output} is not a file, so nothing can be resumed from it: use -o FILE to be able to")
-            _say(f"interrupted: {totals.ok + failed} of {len(todo) + len(bad)} done; {again}", False)
+            _say(f"interrupted: {totals.ok + failed} of {ran} done; {again}", False)
             raise typer.Exit(130)
     where = "on stdout" if str(output) in ("-", "/dev/stdout") else f"in {output}"
     if failed:
-        _say(f"{failed} of {len(todo) + len(bad)} prompts failed: their error records are {where}", False)
+        _say(f"{failed} of {ran} prompts failed: their error records are {where}", False)
         raise typer.Exit(1)
     _say(totals.line(where), quiet)
 

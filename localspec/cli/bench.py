@@ -146,7 +146,7 @@ def bench(
             history = HistorySettings("memory" if job else "off")
             opened = Runtime.open(replace(options, speculation=replace(options.speculation, drafter="none",
                                                                        branches=widest), history=history),
-                                  cancelled=cancelled)
+                                  cancelled=cancelled, check=the_suite.check)
             if opened.history is not None:
                 opened.history.frozen = True
         with opened as rt:

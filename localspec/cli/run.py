@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from localspec.opening import Checks
     from localspec.runtime import Runtime
 
 from localspec.cli import app, ctrl_c_as_request, user_errors
@@ -132,8 +133,13 @@ def run(
             spec = follow_prompt(spec, [system or "", text])
             options = replace(options, generation=replace(options.generation, constraint=spec))
             options.generation.validate()
+        def check(c: Checks) -> None:
+            """The prompt's tokens and the prediction's, checked before this machine is measured."""
+            c.fits(c.prompt_tokens(text, chat=chat, system=system))
+            c.prediction_tokens(predicted)
+
         # from here on a first Ctrl-C is a request: it stops a model load, or the generation after its step
-        with ctrl_c_as_request() as cancelled, Runtime.open(options, cancelled=cancelled) as rt:
+        with ctrl_c_as_request() as cancelled, Runtime.open(options, cancelled=cancelled, check=check) as rt:
             for notice in rt.notices:
                 print(f"localspec: {notice}", file=sys.stderr)
             if chat and rt.chat_template.source != "model":

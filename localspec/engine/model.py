@@ -14,7 +14,7 @@ from localspec.engine.vocab import Vocab
 from localspec.errors import ModelLoadError
 
 
-def _check_file(path: Path) -> None:
+def check_file(path: Path) -> None:
     """Give the user a precise reason before llama.cpp gives a vague one (or none)."""
     if not path.exists():
         raise ModelLoadError(f"model file not found: {path} (check the path, or use a name from `localspec models`)")
@@ -62,7 +62,7 @@ class Model:
         ``remote`` names them (the servers' endpoints) for reports and the calibration cache."""
         self.remote = remote if devices else ""
         self.path = Path(path)
-        _check_file(self.path)
+        check_file(self.path)
         init_backend(verbose)
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999

@@ -361,10 +361,7 @@ class Generator:
 
     def _prefill(self, history: list[int], stats: Stats) -> Prefill:
         if len(history) >= self.target.n_ctx:
-            raise ContextFullError(
-                f"the prompt is {len(history)} tokens but the context holds {self.target.n_ctx}: "
-                "raise --ctx or shorten the prompt"
-            )
+            raise ContextFullError.prompt(len(history), self.target.n_ctx)
         t0 = self.clock()
         keep = common_prefix(self.target.tokens, history[:-1])
         self.target.truncate(keep)
