@@ -37,6 +37,9 @@ def test_good_rows_with_and_without_max_tokens_and_blank_lines() -> None:
         (json.dumps({"id": "b", "category": "c", "prompt": "x", "max_tokens": True}), "got true"),
         (json.dumps({"id": "b", "category": "c", "prompt": "x", "max_token": 5}), "unknown key 'max_token'"),
         (_row(), "s.jsonl:2: duplicate id 'a' (first on line 1)"),
+        (json.dumps({"id": "b", "category": "c", "prompt": "x", "chat": "yes"}), "'chat' must be true or false"),
+        (json.dumps({"id": "b", "category": "c", "prompt": "x", "prediction": 5}), "'prediction' must be a non-empty"),
+        (json.dumps({"id": "b", "category": "c", "prompt": "x", "prediction": " "}), "'prediction' must be"),
     ],
 )
 def test_bad_rows_name_the_line_and_the_reason(line: str, message: str) -> None:
@@ -68,3 +71,13 @@ def test_the_shared_suite_parses() -> None:
     if not shared.exists():
         pytest.skip("no ../shared/bench/prompts.jsonl in this checkout")
     assert load_suite(shared).prompts
+
+
+@pytest.mark.parametrize("name", ["edits", "edits-chat"])
+def test_the_edits_suites_have_both_kinds_each_row_with_its_prediction(name: str) -> None:
+    suite = load_suite(Path(name))
+    assert set(suite.categories) == {"edit-in-prompt", "edit-prediction-only"}
+    for p in suite.prompts:
+        assert p.chat == (name == "edits-chat") and p.prediction
+        # the file is in the prompt too, or only in the prediction
+        assert (p.prediction.strip()[:40] in p.prompt) == (p.category == "edit-in-prompt"), p.id
