@@ -60,7 +60,7 @@ def test_the_text_is_the_target_s_whatever_the_prediction(k: int | None, kind: s
 
 def test_a_right_prediction_is_drafted_from_the_answer_s_first_token() -> None:
     _, steps, stats = answer(EXPECTED, k=8)
-    assert steps[0].kind == "prediction/start" and len(steps[0].accepted) == 8
+    assert steps[0].kind == "prediction/follow" and len(steps[0].accepted) == 8
     assert stats.prediction_accepted == stats.accepted == len(EXPECTED) - stats.target_passes
     assert stats.accepted_prediction_tokens == len(EXPECTED) and stats.rejected_prediction_tokens == 0
 
@@ -72,7 +72,7 @@ def test_after_an_edit_the_place_in_the_prediction_is_found_again() -> None:
     assert stats.target_passes <= len(EXPECTED) // 8 + 12
     assert stats.prediction_accepted >= len(EXPECTED) - 20
     resumed = [s.kind for s in steps if s.kind.startswith("prediction/") and s.kind not in
-               ("prediction/start", "prediction/follow")]
+               ("prediction/follow",)]
     assert resumed, "the place was never looked for again"
     assert stats.accepted_prediction_tokens == in_order(prediction, EXPECTED)
 
@@ -95,9 +95,11 @@ def test_what_a_prediction_earned_is_forgotten_with_its_generation() -> None:
     policy.calibrate({rows: 0.01 * (1 + 0.05 * rows) for rows in range(1, 18)})  # a pass of 17 rows: 1.85 of one
     _, steps, _ = answer(EXPECTED, policy=policy)
     assert max(s.k for s in steps) == 16  # the prediction earned long drafts
-    # the next request's prediction (a wrong one) starts from nothing: its first drafts are short
+    # the next request's prediction (a wrong one) starts from the prior, not from what the last one earned, and its
+    # first miss ends its long drafts
     _, steps, _ = answer([EXPECTED[0], *range(30, 46)], policy=policy)
-    assert steps[0].kind == "prediction/start" and steps[0].k <= 3
+    assert steps[0].kind == "prediction/follow" and steps[0].k < 16
+    assert all(s.k <= 3 for s in steps[1:] if s.kind.startswith("prediction/"))
     assert not any(kind.startswith("prediction/") for kind in policy.learned)
 
 

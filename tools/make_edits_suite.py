@@ -155,8 +155,15 @@ def main() -> None:
                     "Qwen2.5 Coder 1.5B instruct)")
     ap.add_argument("--check", action="store_true", help="print each row's target-only agreement with its prediction")
     ap.add_argument("--write", action="store_true", help="write the suite's file instead of printing the JSONL")
+    ap.add_argument("--wrong", action="store_true", help="print the shipped suite with each row given the next row's "
+                    "prediction (another file): what a wrong prediction costs")
     args = ap.parse_args()
     spec = SUITES[args.suite]
+    if args.wrong:
+        shipped = [json.loads(line) for line in spec.path.read_text("utf-8").splitlines() if line.strip()]
+        for row, other in zip(shipped, shipped[1:] + shipped[:1], strict=True):
+            sys.stdout.write(json.dumps({**row, "prediction": other["prediction"]}, ensure_ascii=False) + "\n")
+        return
     model = args.model or spec.model
 
     lines = spec.path.read_text("utf-8").splitlines() if spec.path.exists() else []

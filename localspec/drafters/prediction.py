@@ -35,31 +35,36 @@ class PredictionDrafter:
         self._list = [int(t) for t in prediction]
         # the alignment: answer position i stands for prediction position i + offset (None: no place now)
         self._offset: int | None = None
-        self._started = False  # the place was confirmed by an accepted token since it was set
         self._len = 0  # the accepted history's length, as last told
         self._last = 0  # the prediction position the answer last stood at: where a lost place is looked for
         self._proposed: tuple[int, int] | None = None  # the last proposal's alignment and where it was made
+        # where the text parted from its place at its very last token: an edit of one token for another (a name, a
+        # number) goes on as the prediction does after the token it replaced
+        self._swap: int | None = None
 
     def begin(self, history: Sequence[int]) -> None:
         # the answer begins where the prediction does
-        self._offset, self._started, self._len, self._last = -len(history), False, len(history), 0
-        self._proposed = None
+        self._offset, self._len, self._last = -len(history), len(history), 0
+        self._proposed = self._swap = None
 
     def propose(self, history: Sequence[int], cap: int, width: int = 1) -> Draft:
         self._proposed = None
         if cap <= 0 or not len(self._list):
             return Draft(drafter=self.name)
         n = len(history)
-        offset, kind = self._offset, "follow" if self._started else "start"
+        offset, kind = self._offset, "follow"
         # past the accepted history (a grammar's forced tokens), the place holds only if they follow the prediction
         if offset is not None and not self._agrees(history, self._len, offset):
             offset = None
         if offset is None:
             found = self._find(history)
-            if found is None:
+            if found is not None and (found[1] >= 2 or self._swap is None):
+                offset, matched = found
+                kind = f"{min(matched, 4)}{'+' if matched >= 4 else ''}"
+            elif self._swap is not None and self._agrees(history, self._len, self._swap):
+                offset, kind = self._swap, "swap"  # a longer match beats it: the edit was more than one token
+            else:
                 return Draft(drafter=self.name)
-            offset, matched = found
-            kind = f"{min(matched, 4)}{'+' if matched >= 4 else ''}"
         start = n + offset
         if start >= len(self._list):
             return Draft(drafter=self.name)
@@ -102,16 +107,19 @@ class PredictionDrafter:
         since, self._len = self._len, len(history)
         # the text went on as the place said (followed), or as the last proposal's place said (found again)
         offsets = [o for o in (self._offset, self._proposed[0] if self._proposed else None) if o is not None]
+        self._swap = None
         for offset in offsets:
             if self._agrees(history, since, offset):
-                self._offset, self._started = offset, True
+                self._offset = offset
                 self._last = len(history) + offset
                 return
         self._offset = None
-        self._started = False
         # the place is lost where the text parted from it: a place is looked for after there, not before it again
         for offset in offsets:
-            self._last = max(self._last, self._parted(history, since, offset))
+            parted = self._parted(history, since, offset)
+            self._last = max(self._last, parted)
+            if parted == len(history) - 1 + offset and self._swap is None:  # only its last token differed
+                self._swap = offset
 
     def _parted(self, history: Sequence[int], since: int, offset: int) -> int:
         """The prediction position where ``history[since:]``, read at ``offset``, stops following it."""

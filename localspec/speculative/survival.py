@@ -26,6 +26,7 @@ class Survival:
 
     reached: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)
+    prior: float = PRIOR  # c_0 before any evidence
 
     def update(self, accepted: int, drafted: int) -> None:
         # positions after the first rejection were never tested: they say nothing
@@ -44,7 +45,7 @@ class Survival:
         """E[accepted] for every draft length 0..k: the sum over positions of the chance all up to it survive.
 
         c_j, the chance position j is accepted when all before it were, is estimated with c_{j-1} as its prior."""
-        out, survive, total, c = [0.0], 1.0, 0.0, PRIOR
+        out, survive, total, c = [0.0], 1.0, 0.0, self.prior
         seen = len(self.reached)
         for j in range(k):
             n, a = (self.reached[j], self.accepted[j]) if j < seen else (0.0, 0.0)
