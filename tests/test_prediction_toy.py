@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from localspec.drafters.base import Draft
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.prediction import PredictionDrafter
 from localspec.events import Finished, Stats, Step
@@ -137,3 +138,15 @@ def test_forced_tokens_that_follow_the_prediction_keep_its_place() -> None:
 ])
 def test_prediction_usage_counts_its_tokens_found_in_order(a: list[int], b: list[int], n: int) -> None:
     assert in_order(a, b) == n
+
+
+def test_a_token_written_in_place_of_the_prediction_s_is_taken_for_a_one_token_edit() -> None:
+    prediction = [10, 11, 12, 13, 14, 15, 16]
+    d = PredictionDrafter(prediction)
+    d.begin([1])
+    assert d.propose([1], 4).tokens == [10, 11, 12, 13]
+    d.accept([1, 10, 11, 99], 2)  # 99 where the prediction has 12 (a rename): the text goes on with 13
+    draft = d.propose([1, 10, 11, 99], 3)
+    assert draft.tokens == [13, 14, 15] and draft.kind == "prediction/swap"
+    d.accept([1, 10, 11, 99, 13, 14], 1)  # it did: the place is the prediction's again
+    assert d.propose([1, 10, 11, 99, 13, 14], 2) == Draft([15, 16], None, "prediction", "prediction/follow")
