@@ -11,7 +11,7 @@ from typing import Any
 
 from localspec._native import has_gpu_backend
 from localspec.drafters.base import Drafter
-from localspec.drafters.early_exit import default_exit_layer, early_exit_model
+from localspec.drafters.early_exit import check_exit_layer, default_exit_layer, early_exit_model
 from localspec.drafters.layer_skip import Subset, default_skip, layer_skip_model
 from localspec.drafters.model import ModelDrafter, check_compatible
 from localspec.drafters.ngram import NgramDrafter
@@ -214,11 +214,21 @@ def opening(settings: Settings, cancelled: Callable[[], bool] | None = None,
     stack = ExitStack()
     try:
         name, path, model, notices = open_target(settings, stack, cancelled)
+        check_self_draft(settings.speculation, model)
         yield Opening(settings, name, path, model, Device.of(model, settings.runtime.threads()), stack, notices, say,
                       cancelled)
     except BaseException:
         stack.close()
         raise
+
+
+def check_self_draft(speculation: SpeculationSettings, target: Model) -> None:
+    """A draft made of the target's own blocks names blocks this model has: said once it is loaded, before anything
+    is measured or built."""
+    if speculation.drafter == "early-exit":
+        check_exit_layer(speculation.exit_layer or default_exit_layer(target.n_layer), target.n_layer)
+    elif speculation.drafter == "layer-skip":
+        Subset.parse(speculation.skip_layers or default_skip(target.n_layer), target.n_layer)
 
 
 def lookup_drafters(kind: str, history: HistoryView | None = None) -> list[Drafter] | None:

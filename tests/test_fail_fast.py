@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import localspec
-from tests.conftest import assert_one_line_error, localspec as cli
+from tests.conftest import assert_one_line_error
+from tests.conftest import localspec as cli
 
 LONG = "word " * 600  # 602 tokens: past --ctx 256
 
@@ -37,6 +38,7 @@ def measured(home: Path) -> bool:
     (["run", "hi", "--chat", "--system", LONG, "--ctx", "256"], "but the context holds 256"),
     (["run", "hi", "--drafter", "draft", "--draft", "{notes}"], "is not a GGUF model file"),
     (["run", "hi", "--prediction", "{big}"], "the prediction is"),
+    (["run", "hi", "--drafter", "early-exit", "--exit-layer", "99"], "--exit-layer must be between 1 and 17"),
     (["bench", "--suite", "{suite}", "--ctx", "256"], "row 'long': the prompt is 602 tokens"),
     (["serve", "--drafter", "draft", "--draft", "{notes}"], "is not a GGUF model file"),
     (["chat", "--resume", "999"], "no saved conversation 999"),

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from localspec.bench.report import Report
     from localspec.bench.runner import Bench, Job, Outcome
     from localspec.bench.suite import Suite
+    from localspec.opening import Checks
 
 DEFAULT_DRAFTERS = "none,ngram,auto"  # plus `draft` when --draft is given; early-exit on request (it builds a file)
 
@@ -146,7 +147,7 @@ def bench(
             history = HistorySettings("memory" if job else "off")
             opened = Runtime.open(replace(options, speculation=replace(options.speculation, drafter="none",
                                                                        branches=widest), history=history),
-                                  cancelled=cancelled, check=the_suite.check)
+                                  cancelled=cancelled, check=lambda c: _check(c, the_suite, names, options))
             if opened.history is not None:
                 opened.history.frozen = True
         with opened as rt:
@@ -191,6 +192,16 @@ def bench(
     if outcome.interrupted:
         raise fail(f"interrupted: the report covers the {len(outcome.records)} of {outcome.planned} runs "
                    "that finished", 130)
+
+
+def _check(checks: Checks, suite: Suite, names: list[str], options: Settings) -> None:
+    """What the model can tell before anything is measured: every row fits, every self-drafter's layers exist."""
+    from localspec.bench.runner import split_variant
+    from localspec.opening import check_self_draft
+
+    suite.check(checks)
+    for name in names:
+        check_self_draft(replace(options.speculation, drafter=split_variant(name)[0]), checks.model)
 
 
 def _run_with_progress(runner: Bench, jobs: list[Job], err: Console) -> Outcome:

@@ -20,10 +20,14 @@ def default_exit_layer(n_layer: int) -> int:
     return max(1, n_layer // 3)
 
 
-def early_exit_model(target: Path, exit_layer: int, n_layer: int) -> Path:
-    """The path of the target truncated to ``exit_layer`` blocks, building it on first use."""
+def check_exit_layer(exit_layer: int, n_layer: int) -> None:
     if not (1 <= exit_layer < n_layer):
         raise UserError(f"--exit-layer must be between 1 and {n_layer - 1} for this {n_layer}-layer model")
+
+
+def early_exit_model(target: Path, exit_layer: int, n_layer: int) -> Path:
+    """The path of the target truncated to ``exit_layer`` blocks, building it on first use."""
+    check_exit_layer(exit_layer, n_layer)
     out = cache_dir() / "early-exit" / f"{known_sha256(target)[:16]}-L{exit_layer}.gguf"
     return subset_model(target, Subset.first(exit_layer, n_layer), out,
                         f"building the early-exit draft ({exit_layer} of {n_layer} layers)")
