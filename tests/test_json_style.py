@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,11 +39,23 @@ def test_the_separators_follow_the_prompts_json(texts: list[str], expected: tupl
     assert separators_of(texts) == expected
 
 
-def test_reading_a_huge_or_hostile_prompt_is_bounded() -> None:
+def test_reading_a_huge_or_hostile_prompt_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bounded by what it reads, not by a clock: at most _MAX_TRIES parses, each of at most _MAX_CHARS (and one
+    newline) of text, however long and however hostile the prompt."""
+    from localspec.schema import json_style
+
+    reads: list[int] = []
+
+    class Counting(json.JSONDecoder):
+        def raw_decode(self, s: str, idx: int = 0) -> tuple[object, int]:
+            reads.append(len(s) - idx)
+            return super().raw_decode(s, idx)
+
+    monkeypatch.setattr(json_style.json, "JSONDecoder", Counting)
     hostile = "[" * 200_000 + '{"a":1}' + "{" * 200_000  # every opener starts a parse that reads to the end
-    t0 = time.perf_counter()
     separators_of([hostile, "x" * 4_000_000])
-    assert time.perf_counter() - t0 < 0.5
+    assert 0 < len(reads) <= json_style._MAX_TRIES
+    assert max(reads) <= json_style._MAX_CHARS + 1
 
 
 def test_the_choice_rides_in_the_spec_and_compiles_its_own_grammar() -> None:
