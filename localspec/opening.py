@@ -215,6 +215,7 @@ def opening(settings: Settings, cancelled: Callable[[], bool] | None = None,
     try:
         name, path, model, notices = open_target(settings, stack, cancelled)
         check_self_draft(settings.speculation, model)
+        check_draft_tokenizer(settings.speculation, model)
         yield Opening(settings, name, path, model, Device.of(model, settings.runtime.threads()), stack, notices, say,
                       cancelled)
     except BaseException:
@@ -229,6 +230,14 @@ def check_self_draft(speculation: SpeculationSettings, target: Model) -> None:
         check_exit_layer(speculation.exit_layer or default_exit_layer(target.n_layer), target.n_layer)
     elif speculation.drafter == "layer-skip":
         Subset.parse(speculation.skip_layers or default_skip(target.n_layer), target.n_layer)
+
+
+def check_draft_tokenizer(speculation: SpeculationSettings, target: Model) -> None:
+    """A draft model's tokenizer is the target's: checked on its vocabulary alone, before anything is measured (the
+    draft itself loads after the target's pass costs)."""
+    if speculation.draft_model and speculation.drafter in ("draft", "auto"):
+        with Model(resolve(speculation.draft_model)[1], vocab_only=True) as draft:
+            check_compatible(target, draft)
 
 
 def lookup_drafters(kind: str, history: HistoryView | None = None) -> list[Drafter] | None:

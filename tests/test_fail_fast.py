@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import localspec
+from localspec.engine.rewrite import copy_model
 from tests.conftest import assert_one_line_error
 from tests.conftest import localspec as cli
 
@@ -37,19 +38,23 @@ def measured(home: Path) -> bool:
     (["run", LONG, "--ctx", "256"], "the prompt is 602 tokens but the context holds 256"),
     (["run", "hi", "--chat", "--system", LONG, "--ctx", "256"], "but the context holds 256"),
     (["run", "hi", "--drafter", "draft", "--draft", "{notes}"], "is not a GGUF model file"),
+    (["run", "hi", "--drafter", "draft", "--draft", "{other}"], "does not share"),
     (["run", "hi", "--prediction", "{big}"], "the prediction is"),
     (["run", "hi", "--drafter", "early-exit", "--exit-layer", "99"], "--exit-layer must be between 1 and 17"),
     (["bench", "--suite", "{suite}", "--ctx", "256"], "row 'long': the prompt is 602 tokens"),
     (["serve", "--drafter", "draft", "--draft", "{notes}"], "is not a GGUF model file"),
     (["chat", "--resume", "999"], "no saved conversation 999"),
 ])
-def test_a_face_s_bad_input_is_its_first_and_only_line(fresh_home: Path, tmp_path: Path, args: list[str],
-                                                        fragment: str) -> None:
+def test_a_face_s_bad_input_is_its_first_and_only_line(fresh_home: Path, tmp_path: Path, model_path: Path,
+                                                        args: list[str], fragment: str) -> None:
     (tmp_path / "notes.gguf").write_text("not a model")
     (tmp_path / "big.py").write_text("word " * 9000)
     (tmp_path / "suite.jsonl").write_text(json.dumps({"id": "ok", "category": "c", "prompt": "hi"}) + "\n"
                                           + json.dumps({"id": "long", "category": "c", "prompt": LONG}) + "\n")
-    files = {"notes": tmp_path / "notes.gguf", "big": tmp_path / "big.py", "suite": tmp_path / "suite.jsonl"}
+    files = {"notes": tmp_path / "notes.gguf", "big": tmp_path / "big.py", "suite": tmp_path / "suite.jsonl",
+             "other": tmp_path / "other.gguf"}
+    if "{other}" in args:  # the embedded model with another end-of-generation token: another tokenizer
+        copy_model(str(model_path), str(files["other"]), int_overrides={"tokenizer.ggml.eos_token_id": 7})
     result = cli([a.format(**files) for a in args], env={"LOCALSPEC_HOME": str(fresh_home)})
     assert_one_line_error(result.code, result.stderr, fragment)
     assert not measured(fresh_home)

@@ -54,18 +54,21 @@ class Model:
         devices: Sequence[int] = (),
         tensor_split: Sequence[float] = (),
         remote: str = "",
+        vocab_only: bool = False,
     ) -> None:
         """``cancelled`` is polled during the load (a Ctrl-C flag): when it turns true the load stops and
         KeyboardInterrupt is raised. A signal cannot interrupt llama.cpp itself; it can only be noticed here.
         ``devices``: the ``ggml_backend_dev_t`` to offload to instead of every local one (RPC servers';
         engine/rpc.py), with the share of the layers each takes in ``tensor_split`` (empty: by their memory);
-        ``remote`` names them (the servers' endpoints) for reports and the calibration cache."""
+        ``remote`` names them (the servers' endpoints) for reports and the calibration cache. ``vocab_only``: the
+        tokenizer alone, no weights (a draft's tokenizer checked before anything costly is done)."""
         self.remote = remote if devices else ""
         self.path = Path(path)
         check_file(self.path)
         init_backend(verbose)
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        params.vocab_only = vocab_only
         if devices:
             # NULL-terminated; kept on self: llama.cpp reads them during the load only, but cheaply kept
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
