@@ -172,14 +172,17 @@ class Stats:
     def add_step(self, step: Step) -> None:
         self.target_passes += 1
         self.generated_tokens += len(step.emitted)
-        self.drafted += len(step.accepted) + len(step.rejected) + sum(len(run) for run in step.rejected_branches)
-        self.accepted += len(step.accepted)
-        if step.kind.startswith(CACHE_KIND):  # what earlier answers drafted: after any tokens a grammar forced
-            self.cache_drafted += len(step.accepted) + len(step.rejected) - step.forced
-            self.cache_accepted += max(0, len(step.accepted) - step.forced)
+        n_accepted = len(step.accepted)
+        n_drafted = n_accepted + len(step.rejected)
+        self.drafted += n_drafted + sum(len(run) for run in step.rejected_branches)
+        self.accepted += n_accepted
+        # what earlier answers, or the prediction, drafted: after any tokens a grammar forced
+        if step.kind.startswith(CACHE_KIND):
+            self.cache_drafted += n_drafted - step.forced
+            self.cache_accepted += max(0, n_accepted - step.forced)
         elif step.kind.startswith(PREDICTION_KIND):
-            self.prediction_drafted += len(step.accepted) + len(step.rejected) - step.forced
-            self.prediction_accepted += max(0, len(step.accepted) - step.forced)
+            self.prediction_drafted += n_drafted - step.forced
+            self.prediction_accepted += max(0, n_accepted - step.forced)
         if step.forced:
             self.forced_drafted += step.forced
             self.forced_accepted += min(step.forced, len(step.accepted))
@@ -188,7 +191,6 @@ class Stats:
             self.branches += step.branches
         self.draft_seconds += step.draft_seconds
         self.verify_seconds += step.verify_seconds
-        n_drafted = len(step.accepted) + len(step.rejected)
         if not step.k:
             self.plain_passes += 1
             self.plain_seconds += step.verify_seconds

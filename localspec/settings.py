@@ -17,9 +17,8 @@ DRAFTERS = ("none", "ngram", "draft", "early-exit", "layer-skip", "auto")
 MODEL_FREE_DRAFTERS = ("none", "ngram", "auto")
 TEMPERATURE_MAX = 5.0
 # a prediction's bound (OpenAI's Predicted Outputs): a file to edit. Each of its tokens costs work twice, when its
-# place is looked for after an edit and when the usage counts what of it the answer holds (tokens.in_order: 3 ms for
-# 4,096 tokens against a 2,000-token answer, 0.3 s for 16,384 tokens of a 20-token alphabet, on this project's CPU);
-# the characters are checked first, at 64 a token, so that no megabyte is tokenized only to be refused
+# place is looked for after an edit (a scan of the prediction) and when the usage counts what of it the answer holds
+# (tokens.in_order); the characters are checked first, at 64 a token, so that no megabyte is tokenized to be refused
 PREDICTION_MAX_TOKENS = 8192
 PREDICTION_MAX_CHARS = 64 * PREDICTION_MAX_TOKENS
 

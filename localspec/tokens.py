@@ -64,9 +64,17 @@ def held(lane: Any, tokens: Sequence[int], scope: str | None) -> int:
     return common_prefix(lane.tokens, tokens) if getattr(lane, "scope", None) == scope else 0
 
 
+# past this many pairs of tokens, difflib's popular-token heuristic bounds the alignment's work: without it, a
+# prediction and an answer of one repeated token cost every pair (8,192 x 8,192: minutes, on the thread every
+# sequence's passes run on)
+_EXACT_PAIRS = 4_000_000
+
+
 def in_order(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens of ``a`` appear in ``b`` in the same order (the matching blocks of difflib's alignment, no
-    junk heuristic): OpenAI's accepted prediction tokens, with ``a`` the prediction and ``b`` the answer."""
+    """How many tokens of ``a`` appear in ``b`` in the same order (the matching blocks of difflib's alignment):
+    OpenAI's accepted prediction tokens, with ``a`` the prediction and ``b`` the answer. Exact up to _EXACT_PAIRS;
+    beyond, tokens frequent in the answer start no block of their own (difflib's autojunk), so a count may be low."""
     if not a or not b:
         return 0
-    return sum(block.size for block in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
+    matcher = SequenceMatcher(None, a, b, autojunk=len(a) * len(b) > _EXACT_PAIRS)
+    return sum(block.size for block in matcher.get_matching_blocks())

@@ -15,10 +15,10 @@ from localspec.speculative.policy import DraftPolicy
 from localspec.tokens import in_order
 from tests.toy import ToyContext, ToyModel, plain_greedy
 
-TARGET = ToyModel(seed=10)  # an answer that does not repeat itself for 20 tokens
+TARGET = ToyModel(seed=1608)  # an answer that does not repeat itself for 46 tokens (the toy's longest: seeds 1-3000)
 GREEDY = SamplingSettings(temperature=0.0)
 PROMPT = [1, 2, 3, 4]
-N = 80
+N = 44
 
 
 def answer(prediction: list[int], drafters: str = "ngram", k: int | None = None,
@@ -150,3 +150,19 @@ def test_a_token_written_in_place_of_the_prediction_s_is_taken_for_a_one_token_e
     assert draft.tokens == [13, 14, 15] and draft.kind == "prediction/swap"
     d.accept([1, 10, 11, 99, 13, 14], 1)  # it did: the place is the prediction's again
     assert d.propose([1, 10, 11, 99, 13, 14], 2) == Draft([15, 16], None, "prediction", "prediction/follow")
+
+
+def test_after_a_line_put_in_the_prediction_goes_on_where_it_was_not_a_line_later() -> None:
+    nl = 9  # a newline: it ends every line, so one token of it matches everywhere
+    prediction = [1, nl, 2, nl, 3, nl]  # lines A, B, C
+    d = PredictionDrafter(prediction)
+    d.begin([0])
+    history = [0, 1, nl]
+    d.accept(history, 1)  # "A\n" as predicted
+    history += [7]
+    d.accept(history, 0)  # a line put in: "X1 X2\n" ...
+    assert d.propose(history, 2).kind == "prediction/swap"  # (taken for a one-token edit first)
+    history += [8, nl]
+    d.accept(history, 0)
+    # ... then B, where the prediction was: not C, the next line's match after it
+    assert d.propose(history, 2).tokens == [2, nl]

@@ -18,6 +18,11 @@ from localspec.sampling import Distribution
 FORCED = "forced"
 
 
+def match_bucket(n: int) -> str:
+    """A lookup's kind by the length of the match it rests on: "1", "2", "3", "4+" (learned apart: policy.py)."""
+    return f"{min(n, 4)}{'+' if n >= 4 else ''}"
+
+
 @dataclass(frozen=True, slots=True)
 class Draft:
     """Proposed token ids; ``dists`` holds q for each token where the drafter sampled it from a distribution."""

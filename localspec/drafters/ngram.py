@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from localspec.drafters.base import Draft
+from localspec.drafters.base import Draft, match_bucket
 from localspec.events import CACHE_KIND
 from localspec.history.store import NS, suffix_hashes
 from localspec.tokens import common_prefix
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 _RECENT = 4  # occurrences kept per n-gram: the sources of a tree's other candidates
-_NEAR_TRUSTED = 3  # a match this long near the anchor beats a longer one elsewhere
+NEAR_TRUSTED = 3  # a match this long near the anchor beats a longer one elsewhere
 
 
 class NgramDrafter:
@@ -155,7 +155,7 @@ class NgramDrafter:
         split = "~" if self._split(mine) else ""
         sources = [(follow, f"{self.name}/follow{split}")] if follow is not None else []
         if not sources or width > 1:
-            sources += [(start, f"{self.name}/{min(n, 4)}{'+' if n >= 4 else ''}{split}") for start, n in mine]
+            sources += [(start, f"{self.name}/{match_bucket(n)}{split}") for start, n in mine]
         candidates: list[list[int]] = []
         first_kind = ""
         for start, kind in sources:
@@ -197,7 +197,7 @@ class NgramDrafter:
         if self._cache_follow is not None and self._cache_follow[1] == epoch:
             draft = view.continuation(self._cache_follow[0], cap, epoch)
             if draft:
-                self._cache_source, self._cache_matched = (self._cache_follow[0], epoch), _NEAR_TRUSTED
+                self._cache_source, self._cache_matched = (self._cache_follow[0], epoch), NEAR_TRUSTED
                 return (None, False) if slot else (Draft(draft, None, self.name, f"{CACHE_KIND}follow"), True)
         if match is None:
             return None, False
@@ -209,8 +209,8 @@ class NgramDrafter:
             at, anchored = self._cache_anchor
             near = view.near(tokens, at, cap, anchored, hashes=hashes, longest=match.n)
             # the place nearest after the anchor, unless a match elsewhere is longer than a short one here
-            if near is not None and near.n >= min(match.n, _NEAR_TRUSTED):
-                match, bucket = near, f"near{min(near.n, _NEAR_TRUSTED)}"
+            if near is not None and near.n >= min(match.n, NEAR_TRUSTED):
+                match, bucket = near, f"near{min(near.n, NEAR_TRUSTED)}"
         self._cache_source, self._cache_matched = (match.source, epoch), match.n
         if slot:
             return None, False
@@ -237,7 +237,7 @@ class NgramDrafter:
                 return
             went_on = common_prefix(source, self._tokens[-n:])
             # a short match whose first token missed says nothing of where the text is: the anchor stays
-            if went_on or self._cache_matched >= _NEAR_TRUSTED:
+            if went_on or self._cache_matched >= NEAR_TRUSTED:
                 self._cache_anchor = (at + went_on, epoch)
         for source in self._sources[:verified]:
             nxt = source + n

@@ -108,7 +108,7 @@ class Generator:
     ) -> None:
         self.target = target
         self.vocab = vocab
-        self.drafters = list(drafters)
+        self.drafters = drafters
         self.sampling = sampling
         self.policy = policy or DraftPolicy()
         self.clock = clock
@@ -119,8 +119,16 @@ class Generator:
         self.grammars: Grammars | None = None
         self.constraint: Constraint | None = None
         self.compiled: object | None = None  # the job's matcher as its admission compiled it (Grammars.compile)
-        # the running generation's prediction, first in the cascade (None: it has none, or nothing drafts)
-        self.prediction: PredictionDrafter | None = None
+
+    @property
+    def drafters(self) -> list[Drafter]:
+        return self._drafters
+
+    @drafters.setter
+    def drafters(self, drafters: Sequence[Drafter]) -> None:
+        self._drafters = drafters if isinstance(drafters, list) else list(drafters)
+        # the running generation's drafters: a request's prediction first where it has one (``begin``), then these
+        self._cascade: Sequence[Drafter] = self._drafters
 
     def step(self, history: list[int], room: int) -> StepResult:
         """One target pass. ``history`` is the accepted tokens; at most ``room`` draft tokens are proposed.
@@ -232,11 +240,8 @@ class Generator:
         finally:
             self.policy.follow(())
 
-    def _cascade(self) -> Sequence[Drafter]:
-        return self.drafters if self.prediction is None else (self.prediction, *self.drafters)
-
     def _lookup(self, history: list[int], room: int, width: int | None = None) -> Draft:
-        for drafter in self._cascade():
+        for drafter in self._cascade:
             cap = self.policy.cap(drafter, room)
             if cap:
                 wide = self.policy.width(drafter) if width is None else width
@@ -258,7 +263,6 @@ class Generator:
             self.target.truncate(0)
             self.target.feed([*history, *accepted])
             self.drafters = []
-            self.prediction = None
             self.notices.append("this model cannot roll back its cache: speculation is off, decoding plainly")
 
     def generate(
@@ -294,8 +298,9 @@ class Generator:
         self.constraint = self._constrain(run)
         # a prediction is drafted from where anything is (--drafter none drafts nothing, a prediction included)
         prediction = run.settings.prediction
-        self.prediction = PredictionDrafter(prediction) if prediction and self.drafters else None
-        for drafter in self._cascade():
+        self._cascade = [PredictionDrafter(prediction), *self.drafters] if prediction and self.drafters \
+            else self.drafters
+        for drafter in self._cascade:
             drafter.begin(run.history)
         self.policy.restart()
         run.started = self.clock()
@@ -316,7 +321,7 @@ class Generator:
         event, ended = self._emit(result, run.text, run.settings.max_tokens - run.stats.generated_tokens)
         run.history.extend(t.id for t in event.emitted)
         verified = max(1, len(result.draft.candidates))
-        for drafter in self._cascade():
+        for drafter in self._cascade:
             # a grammar's forced tokens led the draft: the drafter's own proposal began after them
             drafter.accept(run.history, max(0, len(event.accepted) - result.draft.forced), verified)
         run.stats.add_step(event)
@@ -354,7 +359,7 @@ class Generator:
         if prediction:  # OpenAI's usage: what of the prediction the answer holds, however it was drafted
             stats.accepted_prediction_tokens = in_order(prediction, run.history[stats.prompt_tokens :])
             stats.rejected_prediction_tokens = len(prediction) - stats.accepted_prediction_tokens
-        self.prediction = None
+        self._cascade = self.drafters
         if self.on_end is not None and run.stats.generated_tokens:
             self.on_end(run.history)
         return Finished(reason, run.stats, "" if reason == "stop" else run.text.flush())

@@ -93,8 +93,6 @@ class DraftPolicy(PassSizes):
         # (a code prompt's "ngram/4+" is not a chat prompt's: shared, a mixed batch made ~10% fewer tokens a second)
         self.shared = shared if shared is not None else {}
         self.learned: dict[str, Survival] = {}
-        # what a request's prediction is worth (drafters/prediction.py): its own, forgotten when its generation ends
-        self.predicted: dict[str, Survival] = {}
         self._fresh()
 
     def reset(self) -> None:
@@ -116,7 +114,9 @@ class DraftPolicy(PassSizes):
         """A new generation: proposals still waiting for their outcome belong to the old text, and its prefill
         changed the pass shape (a GPU's graph warms up again)."""
         self.warmup = Warmup()
-        self.predicted = {}
+        # what a request's prediction is worth (drafters/prediction.py): its own, forgotten when its generation ends;
+        # its follow starts at the client's word
+        self.predicted: dict[str, Survival] = {PREDICTION_FOLLOW: Survival(prior=PREDICTION_PRIOR)}
         self._watched: list[Watched] = []
         self._trimmed: Draft | None = None  # the last draft `trim` cut from a watched proposal
         self._room = self.k_max  # what the generation has left, as the last ``cap`` was told
@@ -237,7 +237,7 @@ class DraftPolicy(PassSizes):
             else self.predicted if kind.startswith(PREDICTION_KIND) else self.learned
         survival = record.get(kind)
         if survival is None:
-            survival = record[kind] = Survival(prior=PREDICTION_PRIOR) if kind == PREDICTION_FOLLOW else Survival()
+            survival = record[kind] = Survival()
         return survival
 
     @property
