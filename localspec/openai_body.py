@@ -22,7 +22,7 @@ from localspec.engine.chat import Message
 from localspec.errors import UserError
 from localspec.request import STYLES, Request
 from localspec.schema import ConstraintError, ConstraintSpec
-from localspec.settings import MODEL_FREE_DRAFTERS, PREDICTION_MAX_CHARS, PREDICTION_MAX_TOKENS, TEMPERATURE_MAX
+from localspec.settings import MODEL_FREE_DRAFTERS, TEMPERATURE_MAX
 from localspec.structured.tools import ToolUse, read_tools
 
 Kind = Literal["chat", "completion"]
@@ -323,10 +323,7 @@ def _prediction(value: Any) -> str | None:
         content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise BodyError("prediction.content", "prediction.content must be a string or a list of text parts")
-    if len(content) > PREDICTION_MAX_CHARS:
-        raise BodyError("prediction.content", f"prediction.content has {len(content)} characters, more than a "
-                                              f"prediction of at most {PREDICTION_MAX_TOKENS} tokens can: send "
-                                              "the part of the file the answer will copy")
+    # its size is held to PREDICTION_MAX_TOKENS where it is tokenized (Prompts.prediction_tokens)
     return _unicode(content, "prediction.content") or None
 
 

@@ -26,6 +26,7 @@ from localspec.models.files import say as to_stderr
 from localspec.sampling import make_rng
 from localspec.schema import ConstraintSpec
 from localspec.settings import (
+    PREDICTION_MAX_CHARS,
     PREDICTION_MAX_TOKENS,
     RuntimeSettings,
     SamplingSettings,
@@ -80,9 +81,12 @@ class Prompts:
 
     def prediction_tokens(self, text: str | None) -> tuple[int, ...]:
         """A prediction's tokens, as the answer would hold its text (no special tokens parsed); UserError past
-        PREDICTION_MAX_TOKENS."""
+        PREDICTION_MAX_TOKENS (its characters are counted first: no megabyte is tokenized to be refused)."""
         if not text:
             return ()
+        if len(text) > PREDICTION_MAX_CHARS:
+            raise UserError(f"the prediction has {len(text)} characters, more than a prediction of at most "
+                            f"{PREDICTION_MAX_TOKENS} tokens can: send the part of the file the answer will copy")
         tokens = self.model.vocab.tokenize(text, add_special=False, parse_special=False)
         if len(tokens) > PREDICTION_MAX_TOKENS:
             raise UserError(f"the prediction is {len(tokens)} tokens, more than {PREDICTION_MAX_TOKENS}: send the part "

@@ -282,23 +282,28 @@ class BatchRuntime(Prompts):
     def open(
         cls, settings: Settings, parallel: int | None = None, *, jobs: int | None = None,
         cancelled: Callable[[], bool] | None = None, say: Callable[[str], None] | None = None,
-        history_default: str = "disk", seeded: bool = False, check: Check | None = None,
+        history_default: str = "disk", seeded: bool = False,
+        check: Callable[[Checks], Admitted | None] | None = None,
     ) -> BatchRuntime:
         """``parallel`` None: as many lanes as pay on this device's pass costs (at most PARALLEL_AUTO_MAX, and no
         more than ``jobs``). ``history_default``: as Runtime.open's (serve passes "memory"). ``seeded``: every
         request will carry a seed of its own (``seeded_job``), so the job keeps a seeded job's promise as if it
         had one (docs/speculation.md, "What a seed promises"). ``check``: as Runtime.open's, before anything is
         measured; its ``n_ctx`` is the most a sequence may hold here (the lanes' own is known once they are made,
-        after the pass costs that decide how many there are)."""
+        after the pass costs that decide how many there are), and what it admits (``Admitted``) replaces ``jobs``
+        and ``seeded``."""
         runtime, speculation = settings.runtime, settings.speculation
-        # a job seeded as a whole (--seed, or a seed on every line): its lanes too, see below
-        reproducible = settings.sampling.reproducible or seeded
         with opening(settings, cancelled, say) as o:
             target, notices = o.model, o.notices
             template = ChatTemplate.for_model(target)
             if check is not None:
                 trained = target.n_ctx_train
-                check(Checks(target, template, min(runtime.n_ctx, trained) if trained > 0 else runtime.n_ctx))
+                admitted = check(Checks(target, template, min(runtime.n_ctx, trained) if trained > 0
+                                        else runtime.n_ctx))
+                if admitted is not None:
+                    jobs, seeded = admitted.jobs, admitted.seeded
+            # a job seeded as a whole (--seed, or a seed on every line): its lanes too, see below
+            reproducible = settings.sampling.reproducible or seeded
             n_max = speculation.k_max + 1
             # the pass costs decide how many lanes pay; measured (once per machine) on a context of one lane
             with Context(target, n_ctx=256, n_threads=runtime.threads(), n_batch=runtime.n_batch,
@@ -370,6 +375,14 @@ class BatchRuntime(Prompts):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What a job's check (``BatchRuntime.open``) left to run: how many requests, and whether each has a seed."""
+
+    jobs: int
+    seeded: bool
 
 
 def seeded_job(requests: Sequence[Request], sampling: SamplingSettings) -> bool:

@@ -62,12 +62,17 @@ def _suite(tmp_path: Path, text: str, name: str = "suite.jsonl") -> Path:
         (["--replay-costs", "{missing}"], "no cost table"),
         (["--replay-costs", "{bad}"], "cannot read cost table"),
         (["--out", "/proc/nope"], "cannot write the report to --out /proc/nope"),
+        # a drafter's runs with the rows' predictions are added, never named
+        (["--drafters", "none,ngram+prediction"], "give the drafter alone ('ngram')"),
+        (["--suite", "edits", "--parallel", "2"], "--parallel runs no row with its prediction"),
+        (["--suite", "{chat}", "--anchors"], "--anchors answer the raw prompt"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     good = '{"id": "a", "category": "c", "prompt": "x"}\n'
     paths = {"missing": str(tmp_path / "none.jsonl"), "bad": str(_suite(tmp_path, good + "{oops\n")),
-             "empty": str(_suite(tmp_path, "\n", "empty.jsonl"))}
+             "empty": str(_suite(tmp_path, "\n", "empty.jsonl")),
+             "chat": str(_suite(tmp_path, '{"id": "a", "category": "c", "prompt": "x", "chat": true}\n', "chat.jsonl"))}
     result = CliRunner().invoke(app, ["bench", *(a.format(**paths) for a in args)])
     assert_one_line_error(result.exit_code, result.stderr, message)
 

@@ -45,6 +45,20 @@ def test_a_message_has_text_a_stop_reason_and_usage(server: Server) -> None:
     assert "predicted_n" in (message.model_extra or {})["timings"]  # localspec's figures, beside usage
 
 
+def test_a_prediction_is_taken_as_an_extension_and_drafted_from(server: Server) -> None:
+    first = client(server).messages.create(model="default", max_tokens=16, messages=SEA, extra_body=GREEDY)
+    text = first.content[0].text
+    again = client(server).messages.create(model="default", max_tokens=16, messages=SEA, extra_body={
+        **GREEDY, "prediction": {"type": "content", "content": text}})
+    assert again.content[0].text.strip()
+    timings = (again.model_extra or {})["timings"]
+    assert timings["draft_n_prediction_accepted"] > 0
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        client(server).messages.create(model="default", max_tokens=16, messages=SEA,
+                                       extra_body={"prediction": {"type": "file", "content": text}})
+    assert "prediction.type" in str(bad.value)
+
+
 def test_a_stream_is_the_text_in_pieces_and_the_final_message(server: Server) -> None:
     with client(server).messages.stream(model="default", max_tokens=24, messages=SEA, extra_body=GREEDY) as stream:
         pieces = list(stream.text_stream)

@@ -5,6 +5,7 @@ counts; a per-prompt median hides a change that moves single prompts either way)
 before/after runs made one after the other.
 
     .venv/bin/python tools/bench_summed.py OUT/head-*.json OUT/base-*.json
+    .venv/bin/python tools/bench_summed.py --prompts py-rename,js-retries OUT/bench.json   # those prompts only
 """
 
 from __future__ import annotations
@@ -32,12 +33,18 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         sys.exit(0 if len(sys.argv) > 1 else 2)
-    for name in sys.argv[1:]:
+    args = sys.argv[1:]
+    only: set[str] | None = None
+    if args[0] == "--prompts" and len(args) > 2:
+        only, args = set(args[1].split(",")), args[2:]
+    for name in args:
         try:
             results = json.loads(Path(name).read_text())["results"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"{name}: not a `localspec bench --json` file ({e})", file=sys.stderr)
             continue
+        if only is not None:
+            results = [r for r in results if r["prompt_id"] in only]
         row = summed(results)
         print(f"{name}: " + ", ".join(f"{d} {s:.3f}x (grounded {g:.2f}x)" for d, (s, g) in row.items()))
 

@@ -34,7 +34,8 @@ SPEC_STATS = re.compile(r"^(drafter \S+: \d+ target passes|acceptance by draft p
 # Left out where the input is good; shown where it is bad, which runs in a fresh home: a bad input is refused before
 # anything is measured, so a measurement shown there is a bug
 CALIBRATION = re.compile(r"^localspec: (timing how this device|measuring this machine|the machine was busy while)")
-# a bad input's one line comes within 2 s of the model's load: the whole command, Python's start included
+# a bad input's one line comes within this many seconds of the command's start (Python's start and the model's load
+# included: about 2 s of checks after the load)
 FAST_SECONDS = 4.0
 
 
@@ -335,7 +336,7 @@ def main() -> int:
             outcome = run(case, work, model)
             mark = "ok" if outcome.code == case.expect else f"UNEXPECTED exit {outcome.code}"
             if slow(outcome):
-                mark = f"SLOW {outcome.seconds:.1f} s"
+                mark = f"SLOW {outcome.seconds:.1f} s" + ("" if mark == "ok" else f", {mark}")
             print(f"{mark:>22}  {case.shown}", file=sys.stderr)
             outcomes.append(outcome)
     args.out.write_text(table(outcomes) + kept(args.out))

@@ -77,8 +77,7 @@ def generate_many(
     ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`` or ``{"type": "json_object"}``,
     ``{"type": "grammar", "grammar": GBNF or Lark}``, ``{"type": "regex", "regex": ...}``, or a pydantic model
     class; lossless against --drafter none under it (docs/structured.md)."""
-    from localspec.batch.run import NothingToRun, run_requests, screen
-    from localspec.opening import Checks
+    from localspec.batch.run import NothingToRun, Screen, run_requests
 
     if isinstance(prompts, (str, bytes, Mapping, Request)):
         raise UserError(f"generate_many takes a list of prompts, not one {type(prompts).__name__}: put it in a "
@@ -130,30 +129,23 @@ def generate_many(
         yield from release(result)
     if not requests:
         return
-    screened: list[Result] = []
+    screen = Screen(settings, requests, chat)  # each prompt checked with the model's tokens before any measuring
 
-    def check(checks: Checks) -> None:
-        """Each prompt's tokens against the context before anything is measured; none left: nothing is."""
-        nonlocal requests, positions
-        kept, bad = screen(checks, settings, requests, chat)
-        for result in bad:
+    def screened() -> Iterator[Result]:
+        for result in screen.failed:
             result.index = positions[result.index]
-        screened.extend(bad)
-        requests, positions = [requests[i] for i in kept], [positions[i] for i in kept]
-        if not requests:
-            raise NothingToRun
+            yield from release(result)
 
     try:
         with BatchRuntime.open(settings, parallel, jobs=len(requests), seeded=seeded_job(requests, settings.sampling),
-                               check=check) as rt:
-            for result in screened:
+                               check=screen) as rt:
+            yield from screened()
+            for result in run_requests(rt, screen.runs, chat=chat, cancelled=cancelled, prepared=screen.prepared):
+                # its place among all the prompts, the failed ones included
+                result.index = positions[screen.kept[result.index]]
                 yield from release(result)
-            for result in run_requests(rt, requests, chat=chat, cancelled=cancelled):
-                result.index = positions[result.index]  # its place among all the prompts, the failed ones included
-                yield from release(result)
-    except NothingToRun:
-        for result in screened:
-            yield from release(result)
+    except NothingToRun:  # not one could run: nothing was measured
+        yield from screened()
 
 
 def generate(prompt: str | Request | Mapping[str, Any], *, prediction: str | None = None, **options: Any) -> Result:
@@ -163,11 +155,9 @@ def generate(prompt: str | Request | Mapping[str, Any], *, prediction: str | Non
     change), drafted from and never imposed; many prompts each carry their own (a Request's ``prediction``, a
     mapping's OpenAI ``prediction`` field)."""
     request = as_request(prompt, 0)
-    if prediction is not None:
-        if not isinstance(prediction, str):
-            raise UserError(f"prediction must be a string (the text the answer will mostly be), got {prediction!r}")
-        request = as_request(replace(request, prediction=prediction), 0)
-    return next(iter(generate_many([request], **options)))
+    # read again as a line would be: check_request names a prediction that is not text
+    return next(iter(generate_many([request if prediction is None else replace(request, prediction=prediction)],
+                                   **options)))
 
 
 def as_request(prompt: str | Request | Mapping[str, Any], index: int) -> Request:

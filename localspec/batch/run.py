@@ -15,7 +15,7 @@ from localspec.finish_reasons import calls_reason, result_reason
 from localspec.openai_body import BodyError
 from localspec.opening import Checks, Prompts
 from localspec.request import Request
-from localspec.runtime import BatchRuntime
+from localspec.runtime import Admitted, BatchRuntime, seeded_job
 from localspec.schema.spec import follow_prompt
 from localspec.settings import GenerationSettings, SamplingSettings, Settings
 from localspec.speculative.jobs import Failed, Job, PassStats
@@ -33,18 +33,18 @@ class _Pending:
 def run_requests(
     rt: BatchRuntime, requests: Iterable[Request], *, chat: bool = False,
     cancelled: Callable[[], bool] = lambda: False, on_event: Callable[[Request, Event], None] | None = None,
-    stats: PassStats | None = None,
+    stats: PassStats | None = None, prepared: Sequence[Prepared] | None = None,
 ) -> Iterator[Result]:
     """Every request's Result, in the order they finish; a request that cannot run (a bad setting, a prompt too
     long) gets a Result with its error and the rest go on. ``chat``: a plain prompt goes through the chat template
     too. ``on_event``: every event of every request as it happens (a progress display). ``stats``: what the passes
-    held, added up over the job."""
+    held, added up over the job. ``prepared``: each request's, as a ``Screen`` made it."""
     failed: deque[Result] = deque()
 
     def jobs() -> Iterator[Job]:
         for index, request in enumerate(requests):
             try:
-                yield make_job(rt, request, index, chat)
+                yield make_job(rt, request, index, chat, prepared[index] if prepared is not None else None)
             except UserError as e:
                 failed.append(Result(request.id, finish_reason="error", error=str(e), index=index))
 
@@ -76,9 +76,10 @@ def run_requests(
     yield from failed
 
 
-def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
-    """The request's tokens and settings (its own where it has them, else the job's), and its grammar's matcher."""
-    tokens, generation, sampling = prepare(rt, rt.settings, request, chat)
+def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool, prepared: Prepared | None = None) -> Job:
+    """The request's tokens and settings (its own where it has them, else the job's; ``prepared``: as its screen
+    made them), and its grammar's matcher."""
+    tokens, generation, sampling = prepared or prepare(rt, rt.settings, request, chat)
     # the grammar's matcher now, with the model's tokenizer: a grammar that cannot be used fails this request here,
     # never a pass that other requests share (structured/grammars.py)
     constraint = generation.constraint
@@ -92,9 +93,10 @@ def make_job(rt: BatchRuntime, request: Request, index: int, chat: bool) -> Job:
     return Job(tokens, generation, sampling, key=_Pending(index, request), speculation=speculation, matcher=matcher)
 
 
-def prepare(
-    prompts: Prompts, settings: Settings, request: Request, chat: bool,
-) -> tuple[list[int], GenerationSettings, SamplingSettings]:
+Prepared = tuple[list[int], GenerationSettings, SamplingSettings]  # a request's tokens and its settings
+
+
+def prepare(prompts: Prompts, settings: Settings, request: Request, chat: bool) -> Prepared:
     """Everything about a request that can be checked without compiling its grammar: its settings over the job's,
     its prompt's tokens and its prediction's. UserError (a BodyError naming the field where there is one)."""
     sampling = replace(settings.sampling, **{name: value for name in ("temperature", "top_p", "top_k", "min_p", "seed")
@@ -128,23 +130,38 @@ def prepare(
 
 
 class NothingToRun(Exception):
-    """Every request of a job failed its checks (``screen``): nothing is measured or run."""
+    """Every request of a job failed its checks (``Screen``): nothing is measured or run."""
 
 
-def screen(
-    checks: Checks, settings: Settings, requests: Sequence[Request], chat: bool,
-) -> tuple[list[int], list[Result]]:
-    """Which requests can run (their places in ``requests``), and an error Result for each that cannot (its
-    ``index``: its place), found with the model's tokens before anything is measured (``BatchRuntime.open``'s
-    check). The prompt is held to ``checks.n_ctx``, the most a sequence of the job may hold."""
-    kept: list[int] = []
-    failed: list[Result] = []
-    for i, request in enumerate(requests):
-        try:
-            tokens, _, _ = prepare(checks, settings, request, chat)
-            checks.fits(tokens)
-        except UserError as e:
-            failed.append(Result(request.id, finish_reason="error", error=str(e), index=i))
-        else:
-            kept.append(i)
-    return kept, failed
+@dataclass
+class Screen:
+    """A job's requests checked with the model's tokens before anything is measured (``BatchRuntime.open``'s
+    check): each that can run kept with what ``prepare`` made of it (its job uses it: nothing is rendered twice),
+    an error Result for each that cannot (``index``: its place in ``requests``). The prompt is held to the most a
+    sequence of the job may hold. None left: NothingToRun."""
+
+    settings: Settings
+    requests: Sequence[Request]
+    chat: bool
+    kept: list[int] = field(default_factory=list)  # the places in ``requests`` of those that run
+    prepared: list[Prepared] = field(default_factory=list)  # theirs, in that order
+    failed: list[Result] = field(default_factory=list)
+
+    def __call__(self, checks: Checks) -> Admitted:
+        for i, request in enumerate(self.requests):
+            try:
+                prepared = prepare(checks, self.settings, request, self.chat)
+                checks.fits(prepared[0])
+            except UserError as e:
+                self.failed.append(Result(request.id, finish_reason="error", error=str(e), index=i))
+            else:
+                self.kept.append(i)
+                self.prepared.append(prepared)
+        if not self.kept:
+            raise NothingToRun
+        # what runs decides the lanes and the seed's promise: a refused line is no neighbour
+        return Admitted(len(self.kept), seeded_job(self.runs, self.settings.sampling))
+
+    @property
+    def runs(self) -> list[Request]:
+        return [self.requests[i] for i in self.kept]

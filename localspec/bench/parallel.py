@@ -13,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from localspec.batch.run import make_job, run_requests
+from localspec.batch.run import prepare, run_requests
 from localspec.bench.replay import REPLAYABLE, CostTable, Known, replay_batch
 from localspec.bench.report import Machine
 from localspec.bench.runner import split_variant
 from localspec.bench.suite import Suite
+from localspec.engine.chat import Message
 from localspec.events import Finished
 from localspec.request import Request
 from localspec.runtime import BatchRuntime, Runtime
@@ -41,7 +42,7 @@ def one_at_a_time(rt: Runtime, suite: Suite) -> float:
     tokens, start = 0, time.perf_counter()
     for p in suite.prompts:
         rt.fresh()
-        for e in rt.generate(rt.prompt_tokens(p.prompt), GenerationSettings(max_tokens=p.max_tokens)):
+        for e in rt.generate(rt.prompt_tokens(p.prompt, chat=p.chat), GenerationSettings(max_tokens=p.max_tokens)):
             if isinstance(e, Finished):
                 tokens += e.stats.generated_tokens
     return tokens / (time.perf_counter() - start)
@@ -49,12 +50,13 @@ def one_at_a_time(rt: Runtime, suite: Suite) -> float:
 
 def as_batch(rt: BatchRuntime, suite: Suite, known: list[Known] | None = None) -> float:
     """The suite as one job; ``known`` collects its outputs (for a replay)."""
-    requests = [Request(p.id, prompt=p.prompt, max_tokens=p.max_tokens) for p in suite.prompts]
+    requests = [Request(p.id, messages=(Message("user", p.prompt),), max_tokens=p.max_tokens) if p.chat
+                else Request(p.id, prompt=p.prompt, max_tokens=p.max_tokens) for p in suite.prompts]
     start = time.perf_counter()
     results = sorted(run_requests(rt, requests), key=lambda r: r.index)
     rate = sum(len(r.tokens) for r in results) / (time.perf_counter() - start)
     if known is not None:
-        known[:] = [Known(make_job(rt, requests[r.index], r.index, False).prompt, r.tokens,
+        known[:] = [Known(prepare(rt, rt.settings, requests[r.index], False)[0], r.tokens,
                           r.stats.stop_reason == "eog") for r in results if r.ok]
     return rate
 

@@ -117,6 +117,9 @@ def parse_drafters(spec: str, *, draft_model: str | None, anchors: bool) -> list
     if not names:
         raise UserError("--drafters is empty: give a comma-separated list, e.g. none,ngram,ngram:k7,auto")
     for n in names:
+        if n.endswith(PREDICTED):
+            raise UserError(f"{n!r} in --drafters: each drafter runs again with the rows' predictions where the "
+                            f"suite has them; give the drafter alone ({n.removesuffix(PREDICTED)!r})")
         if split_variant(n)[0] not in DRAFTERS:
             raise UserError(f"unknown drafter {n!r} in --drafters: choose from {', '.join(DRAFTERS)}")
     if any(split_variant(n)[0] == "draft" for n in names) and not draft_model:
@@ -157,6 +160,7 @@ class Bench:
         self.repeat = repeat
         self.anchors = anchors
         self._tokens: dict[str, list[int]] = {}
+        self._predictions: dict[str, tuple[int, ...]] = {}
         # the near-tie margin of a gap measured on each path: the device's own once ``check`` has measured (or read)
         # them
         self.margins = {"prefill": NEAR_TIE_MARGIN, "decode": NEAR_TIE_MARGIN}
@@ -166,13 +170,19 @@ class Bench:
             self._tokens[prompt.id] = self.rt.prompt_tokens(prompt.prompt, chat=prompt.chat)
         return self._tokens[prompt.id]
 
+    def prediction_tokens(self, prompt: BenchPrompt) -> tuple[int, ...]:
+        if prompt.id not in self._predictions:
+            self._predictions[prompt.id] = self.rt.prediction_tokens(prompt.prediction)
+        return self._predictions[prompt.id]
+
     def warm_up(self, progress: Progress | None = None) -> None:
         """One short untimed generation per drafter: opens each drafter now, so that an incompatible draft model
         fails before any measurement, and so that first-use costs land in no measurement."""
         first = self.suite.prompts[0]
-        for i, drafter in enumerate(self.drafters):
+        drafters = [d for d in self.drafters if not d.endswith(PREDICTED)]  # the same drafters, given a prediction
+        for i, drafter in enumerate(drafters):
             if progress:
-                progress(i, len(self.drafters), None, f"warming up {drafter}")
+                progress(i, len(drafters), None, f"warming up {drafter}")
             self._run_one(first, drafter, -1, WARMUP_TOKENS)
 
     def jobs(self) -> list[Job]:
@@ -244,7 +254,7 @@ class Bench:
         tokens: list[int] = []
         pieces: list[str] = []
         finished: Finished | None = None
-        predicted = rt.prediction_tokens(prompt.prediction) if drafter.endswith(PREDICTED) else ()
+        predicted = self.prediction_tokens(prompt) if drafter.endswith(PREDICTED) else ()
         for event in rt.generate(self.prompt_tokens(prompt), GenerationSettings(
                 max_tokens=max_tokens, constraint=prompt.constraint, prediction=predicted)):
             if isinstance(event, Step):

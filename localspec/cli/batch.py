@@ -22,6 +22,7 @@ from localspec.settings import Settings
 if TYPE_CHECKING:
     from localspec.batch.files import ResultWriter
     from localspec.batch.result import Result
+    from localspec.batch.run import Screen
     from localspec.bench.replay import CostTable
     from localspec.request import Request
     from localspec.runtime import BatchRuntime
@@ -112,47 +113,39 @@ def batch(
         ran = len(todo) + len(bad)
         with ExitStack() as stack:
             cancelled = stack.enter_context(ctrl_c_as_request())
-            from localspec.batch.run import NothingToRun, screen
-            from localspec.opening import Checks, resolve
+            from localspec.batch.run import NothingToRun, Screen
+            from localspec.opening import resolve
             from localspec.runtime import BatchRuntime, seeded_job
 
-            screened: list[tuple[Result, Request]] = []
-
-            def check(checks: Checks) -> None:
-                """Each line's tokens against the context before anything is measured; none left: nothing is."""
-                nonlocal todo
-                kept, failing = screen(checks, options, todo, chat)
-                screened.extend((result, todo[result.index]) for result in failing)
-                todo = [todo[i] for i in kept]
-                if not todo:
-                    raise NothingToRun
-
+            screen = Screen(options, todo, chat)  # each line checked with the model's tokens before any measuring
             try:
                 rt: BatchRuntime | None = stack.enter_context(BatchRuntime.open(
                     options, lanes, jobs=max(1, len(todo)), cancelled=cancelled,
-                    seeded=seeded_job(todo, options.sampling), check=check))
-            except NothingToRun:
+                    seeded=seeded_job(todo, options.sampling), check=screen))
+            except NothingToRun:  # not one line can run: nothing was measured
                 rt = None
-            for notice in rt.notices if rt is not None else ():
-                _say(notice, quiet)
-            if done and rt is not None:
-                _learn_done(rt, requests, output, chat)
-            writer = stack.enter_context(ResultWriter(output, rt.model_name if rt is not None
-                                                      else resolve(options.model)[0]))
+            writer = stack.enter_context(ResultWriter(output, resolve(options.model)[0] if rt is None
+                                                      else rt.model_name))
             for line_error in bad:
                 writer.write_error(line_error)
-            for result, request in screened:
-                writer.write(result, request)
-            totals, results = _run(rt, todo, writer, chat, cancelled, quiet) if rt is not None else (_Totals(), [])
-            failed = totals.failed + len(bad) + len(screened)
+            for result in screen.failed:
+                writer.write(result, todo[result.index])
+            totals, results, device = _Totals(), [], {"device": None, "parallel": 0}
+            if rt is not None:
+                for notice in rt.notices:
+                    _say(notice, quiet)
+                if done:
+                    _learn_done(rt, requests, output, chat)
+                totals, results = _run(rt, screen, writer, cancelled, quiet)
+                device = {"device": rt.device.description, "parallel": rt.parallel}
+            failed = totals.failed + len(bad) + len(screen.failed)
             if summary is not None:  # while the model is open: a replay tokenizes the prompts again
                 # the counts are the whole job's (a resumed run included what earlier runs did); the measures,
                 # this run's
                 doc = {**job, "ok": job["already_done"] + totals.ok, "failed": failed, "ran": ran,
-                       **totals.measures(), "device": rt.device.description if rt is not None else None,
-                       "parallel": rt.parallel if rt is not None else 0}
+                       **totals.measures(), **device}
                 if table is not None and rt is not None:
-                    doc["replayed"] = _replay(rt, todo, results, table, chat)
+                    doc["replayed"] = _replay(rt, screen.runs, results, table, chat)
                 _write_summary(summary, doc)
         if totals.interrupted:
             again = ("run the same command again to resume" if not stream else
@@ -171,17 +164,17 @@ def _learn_done(rt: BatchRuntime, requests: list[Request], output: Path, chat: b
     output go into the history (where the history is kept on disk they may be there already: a second copy only
     weighs that continuation twice)."""
     from localspec.batch.files import done_texts
-    from localspec.batch.run import make_job
+    from localspec.batch.run import prepare
 
     if rt.history is None:
         return
     texts = done_texts(output)
-    for index, request in enumerate(requests):
+    for request in requests:
         text = texts.get(request.id)
         if text is None:
             continue
         try:
-            prompt = make_job(rt, request, index, chat).prompt
+            prompt = prepare(rt, rt.settings, request, chat)[0]
         except UserError:
             continue
         rt.history.feed(prompt + rt.model.vocab.tokenize(text, add_special=False, parse_special=False))
@@ -276,19 +269,21 @@ def _writable(path: Path, what: str) -> None:
         raise UserError(f"cannot write {what} {path}: the folder {folder} is not writable")
 
 
-def _run(rt: BatchRuntime, requests: list[Request], writer: ResultWriter, chat: bool,
-         cancelled: Callable[[], bool], quiet: bool) -> tuple[_Totals, list[Result]]:
-    """Run the requests, writing each result as it finishes; the run's totals and its results."""
+def _run(rt: BatchRuntime, screen: Screen, writer: ResultWriter, cancelled: Callable[[], bool],
+         quiet: bool) -> tuple[_Totals, list[Result]]:
+    """Run the requests the screen kept, writing each result as it finishes; the run's totals and its results."""
     from localspec.batch.run import run_requests
     from localspec.speculative.jobs import PassStats
 
+    requests = screen.runs
     by_id = {r.id: r for r in requests}
     stats = PassStats()
     results: list[Result] = []
     totals = _Totals()
     start = time.perf_counter()
     with _progress(len(requests), quiet) as tick:
-        for result in run_requests(rt, requests, chat=chat, cancelled=cancelled, stats=stats):
+        for result in run_requests(rt, requests, chat=screen.chat, cancelled=cancelled, stats=stats,
+                                   prepared=screen.prepared):
             if result.finish_reason == "interrupted":
                 continue  # not written: it runs again when the job is resumed
             writer.write(result, by_id[result.id])
@@ -328,15 +323,14 @@ def _progress(total: int, quiet: bool) -> Iterator[Callable[[int, float, float],
 def _replay(rt: BatchRuntime, requests: list[Request], results: list[Result], table: CostTable,
             chat: bool) -> dict[str, Any]:
     """The same job priced on ``table``: its outputs drafted again by the same scheduler and policy."""
-    from localspec.batch.run import make_job
+    from localspec.batch.run import prepare
     from localspec.bench.replay import Known, replay_batch
 
-    by_id = {r.id: (i, r) for i, r in enumerate(requests)}
+    by_id = {r.id: r for r in requests}
     known = []
     for result in results:
         if result.ok:
-            index, request = by_id[result.id]
-            known.append(Known(make_job(rt, request, index, chat).prompt, result.tokens,
+            known.append(Known(prepare(rt, rt.settings, by_id[result.id], chat)[0], result.tokens,
                                result.stats.stop_reason == "eog"))
     if not known:
         return {}

@@ -126,6 +126,13 @@ def bench(
         if parallel is not None and job:
             raise UserError("--job runs the prompts one at a time, in order: leave --parallel out (a batch job drafts "
                             "from its earlier lines through `localspec batch`)")
+        predicted = sum(p.prediction is not None for p in the_suite.prompts)
+        if parallel is not None and predicted:
+            raise UserError(f"--parallel runs no row with its prediction ({predicted} of this suite's rows have one): "
+                            "leave --parallel out to run each drafter with and without them")
+        if anchors and any(p.chat for p in the_suite.prompts):
+            raise UserError("--anchors answer the raw prompt, not a chat row's template: leave --anchors out for a "
+                            "suite of chat rows")
         runtime = options.runtime
         command = _command(
             suite=suite, drafters=drafters, repeat=repeat, max_tokens=max_tokens, replay_costs=replay_costs,
@@ -195,13 +202,16 @@ def bench(
 
 
 def _check(checks: Checks, suite: Suite, names: list[str], options: Settings) -> None:
-    """What the model can tell before anything is measured: every row fits, every self-drafter's layers exist."""
+    """What the model can tell before anything is measured: every row fits, every self-drafter's layers exist, a
+    draft model's tokenizer is the target's."""
     from localspec.bench.runner import split_variant
-    from localspec.opening import check_self_draft
+    from localspec.opening import check_draft_tokenizer, check_self_draft
 
     suite.check(checks)
-    for name in names:
-        check_self_draft(replace(options.speculation, drafter=split_variant(name)[0]), checks.model)
+    for drafter in dict.fromkeys(split_variant(name)[0] for name in names):
+        speculation = replace(options.speculation, drafter=drafter)
+        check_self_draft(speculation, checks.model)
+        check_draft_tokenizer(speculation, checks.model)
 
 
 def _run_with_progress(runner: Bench, jobs: list[Job], err: Console) -> Outcome:

@@ -22,7 +22,7 @@ from localspec.cli.structured import constraint_from_options
 from localspec.errors import UserError
 from localspec.events import Finished, Notice, Stats, Step, Token
 from localspec.schema.spec import follow_prompt
-from localspec.settings import PREDICTION_MAX_CHARS, PREDICTION_MAX_TOKENS, Settings
+from localspec.settings import Settings
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -57,9 +57,6 @@ def read_prediction(path: str | None, *, stdin_taken: bool) -> str | None:
             text = decode_text(Path(path).read_bytes(), f"--prediction {path}")
         except OSError as exc:
             raise UserError(f"cannot read --prediction {path}: {exc.strerror}") from None
-    if len(text) > PREDICTION_MAX_CHARS:
-        raise UserError(f"--prediction {path} has {len(text)} characters, more than a prediction of at most "
-                        f"{PREDICTION_MAX_TOKENS} tokens can: give the part of the file the answer will copy")
     return text
 
 
@@ -133,10 +130,15 @@ def run(
             spec = follow_prompt(spec, [system or "", text])
             options = replace(options, generation=replace(options.generation, constraint=spec))
             options.generation.validate()
+        tokens_in: list[int] = []
+
         def check(c: Checks) -> None:
-            """The prompt's tokens and the prediction's, checked before this machine is measured."""
-            c.fits(c.prompt_tokens(text, chat=chat, system=system))
-            c.prediction_tokens(predicted)
+            """The prompt's tokens and the prediction's, checked before this machine is measured, and kept."""
+            nonlocal options
+            tokens_in.extend(c.prompt_tokens(text, chat=chat, system=system))
+            c.fits(tokens_in)
+            options = replace(options, generation=replace(options.generation,
+                                                          prediction=c.prediction_tokens(predicted)))
 
         # from here on a first Ctrl-C is a request: it stops a model load, or the generation after its step
         with ctrl_c_as_request() as cancelled, Runtime.open(options, cancelled=cancelled, check=check) as rt:
@@ -144,10 +146,6 @@ def run(
                 print(f"localspec: {notice}", file=sys.stderr)
             if chat and rt.chat_template.source != "model":
                 print(f"localspec: chat template: {rt.chat_template.source}", file=sys.stderr)
-            tokens_in = rt.prompt_tokens(text, chat=chat, system=system)
-            if predicted:
-                options = replace(options, generation=replace(options.generation,
-                                                              prediction=rt.prediction_tokens(predicted)))
             finished = _generate(rt, tokens_in, options, as_json, cancelled)
     if finished.reason == "interrupted":
         raise typer.Exit(130)

@@ -190,7 +190,11 @@ class Engine:
             try:
                 generation = self.options.generation
                 if prediction:
-                    generation = replace(generation, prediction=rt.prediction_tokens(prediction))
+                    try:
+                        generation = replace(generation, prediction=rt.prediction_tokens(prediction))
+                    except UserError:  # an answer past a prediction's bound: this one is answered without it
+                        self._post(RuntimeLoading("the last answer is too long to predict the next one from: this "
+                                                  "answer is drafted as any other"))
                 for event in rt.generate(tokens, generation, cancelled=cancelled):
                     if isinstance(event, Step):
                         event.decode_rejected()  # shown as ghosts: decoded here, where the model runs, not on the UI
