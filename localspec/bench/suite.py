@@ -50,13 +50,13 @@ class Suite:
         """Categories in order of first appearance (the report's row order)."""
         return list(dict.fromkeys(p.category for p in self.prompts))
 
-    def check(self, model: Checks) -> None:
+    def check(self, checks: Checks) -> None:
         """Every row's prompt fits the context and its prediction its bound, checked with the model's tokens before
         anything is measured; UserError naming the row."""
         for p in self.prompts:
             try:
-                model.fits(model.prompt_tokens(p.prompt, chat=p.chat))
-                model.prediction_tokens(p.prediction)
+                checks.fits(checks.prompt_tokens(p.prompt, chat=p.chat))
+                checks.prediction_tokens(p.prediction)
             except UserError as e:
                 raise UserError(f"{self.name}: row {p.id!r}: {e}") from None
 
